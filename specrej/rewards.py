@@ -1,0 +1,130 @@
+"""Rewards: one interface for partial and complete responses.
+
+    reward.score(prompt, responses) -> list[float]
+
+`responses` are `Response`s (text, the generator's token ids and their log-probs), so a reward
+can use text (reward models, Python callables) or the generator's own log-probs (`logprob`).
+
+Specs accepted by `load_reward` (and `--reward`):
+  logprob                  mean token log-probability under the generator (paper §5.3)
+  python:module:function   any callable (prompt, list[str]) -> list[float]
+  <hub id or directory>    a sequence-classification reward model with a scalar output
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from .errors import SpecrejError
+from .models import load_reward_model
+
+
+@dataclass(frozen=True)
+class Response:
+    text: str
+    token_ids: Sequence[int] = ()
+    token_logprobs: Sequence[float] = ()
+
+
+class Reward(Protocol):
+    name: str
+
+    def score(self, prompt: str, responses: Sequence[Response]) -> list[float]: ...
+
+
+class LogProbReward:
+    """Average log-probability of the response's tokens under the generator (paper §5.3).
+
+    Uses the log-probs the engine records while sampling: no extra forward pass.
+    """
+
+    name = "logprob"
+
+    def score(self, prompt: str, responses: Sequence[Response]) -> list[float]:
+        return [math.fsum(r.token_logprobs) / len(r.token_logprobs) if r.token_logprobs else float("-inf")
+                for r in responses]
+
+
+class CallableReward:
+    """Wraps any `fn(prompt, texts) -> scores`."""
+
+    def __init__(self, fn: Callable[[str, list[str]], Sequence[float]], name: str | None = None):
+        self.fn, self.name = fn, name or getattr(fn, "__name__", "callable")
+
+    def score(self, prompt: str, responses: Sequence[Response]) -> list[float]:
+        scores = [float(s) for s in self.fn(prompt, [r.text for r in responses])]
+        if len(scores) != len(responses):
+            raise SpecrejError(f"reward {self.name} returned {len(scores)} scores for {len(responses)} responses")
+        return scores
+
+
+class SequenceClassificationReward:
+    """A reward model with a scalar head (AutoModelForSequenceClassification), batched.
+
+    Each prompt + response is rendered with the reward model's *own* chat template and
+    tokenizer, which often differ from the generator's. Custom-code models such as ArmoRM,
+    whose output carries `.score`, load only with trust_remote_code=True.
+    """
+
+    def __init__(self, spec: str, *, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
+                 batch_size: int = 16, max_length: int = 4096):
+        self.name = spec
+        self.model, self.tokenizer = load_reward_model(spec, dtype, device, trust_remote_code)
+        self.batch_size, self.max_length = batch_size, max_length
+        if self.tokenizer.pad_token is None:  # batching needs a pad token; EOS is the usual choice
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if getattr(self.model.config, "pad_token_id", None) is None:
+            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.tokenizer.padding_side = "right"  # seq-cls heads read the last non-pad token
+        self.tokens_processed = 0
+
+    def render(self, prompt: str, response: str) -> str:
+        if self.tokenizer.chat_template:
+            conversation = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+            return self.tokenizer.apply_chat_template(conversation, tokenize=False)
+        return f"{prompt}\n\n{response}"
+
+    @torch.inference_mode()
+    def score(self, prompt: str, responses: Sequence[Response]) -> list[float]:
+        texts = [self.render(prompt, r.text) for r in responses]
+        scores: list[float] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(
+                texts[start : start + self.batch_size], return_tensors="pt", padding=True, truncation=True,
+                max_length=self.max_length, add_special_tokens=not self.tokenizer.chat_template,
+            ).to(self.model.device)
+            self.tokens_processed += int(batch["attention_mask"].sum())
+            output = self.model(**batch)
+            values = output.score if hasattr(output, "score") else output.logits
+            values = values.float().reshape(values.shape[0], -1)
+            if values.shape[1] != 1:
+                raise SpecrejError(f"reward model {self.name} has {values.shape[1]} outputs; expected a scalar")
+            scores += values[:, 0].tolist()
+        return scores
+
+
+def load_reward(spec: str, *, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
+                batch_size: int = 16) -> Reward:
+    if spec == "logprob":
+        return LogProbReward()
+    if spec.startswith("python:"):
+        module_name, _, function_name = spec.removeprefix("python:").partition(":")
+        try:
+            fn = getattr(importlib.import_module(module_name), function_name)
+        except (ImportError, AttributeError, ValueError) as error:
+            raise SpecrejError(f"reward {spec!r}: cannot import {function_name!r} from {module_name!r} ({error})") from error
+        return CallableReward(fn, name=spec)
+    try:
+        return SequenceClassificationReward(spec, dtype=dtype, device=device, trust_remote_code=trust_remote_code,
+                                            batch_size=batch_size)
+    except SpecrejError as error:
+        raise SpecrejError(
+            f"unknown reward {spec!r}: expected 'logprob', 'python:module:function', or a reward model "
+            f"id/directory ({error})"
+        ) from error

@@ -1,0 +1,104 @@
+"""analysis.figures: every figure renders to PNG and PDF with the expected axes."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.correlation import prompt_tau_statistics
+from analysis.figures import (
+    figure2_partial_vs_final,
+    figure3_compute_vs_improvement,
+    figure4_correlation_distributions,
+    save_figure,
+)
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+
+@pytest.fixture(scope="module")
+def prefixes() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    parts = []
+    for prompt_id in ("a", "b", "c"):
+        for tau in (8, 32):
+            partial = rng.normal(size=25)
+            parts.append(pd.DataFrame({
+                "prompt_id": prompt_id, "candidate_id": np.arange(25), "tau": tau,
+                "partial_score": partial, "final_score": 0.7 * partial + rng.normal(0, 0.5, size=25),
+                "num_tokens": rng.integers(4, 120, size=25), "finished_before_tau": False,
+            }))
+    return pd.concat(parts, ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def summary() -> pd.DataFrame:
+    rows = []
+    for pair in ("Gen-A / RM", "Gen-B / RM"):
+        for n, compute, improvement in [(8, 1.0, 100.0), (16, 2.0, 130.0), (32, 4.0, 170.0), (64, 8.0, 200.0)]:
+            rows.append({"pair": pair, "method": "bon", "n": n, "alpha": np.nan,
+                         "relative_compute": compute, "improvement": improvement})
+        for alpha, compute, improvement in [(0.5, 1.5, 180.0), (0.9, 0.8, 150.0)]:
+            rows.append({"pair": pair, "method": "sr", "n": 64, "alpha": alpha,
+                         "relative_compute": compute, "improvement": improvement})
+    return pd.DataFrame(rows)
+
+
+def assert_saved(figure, tmp_path, stem):
+    paths = save_figure(figure, tmp_path / stem)
+    assert [p.suffix for p in paths] == [".png", ".pdf"]
+    assert paths[0].read_bytes().startswith(b"\x89PNG")
+    assert paths[1].read_bytes().startswith(b"%PDF")
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_figure2(prefixes, tmp_path):
+    figure = figure2_partial_vs_final(prefixes, "b", 32)
+    (axes,) = figure.axes
+    assert axes.get_xlabel() == "Partial reward (first τ tokens)"
+    assert axes.get_ylabel() == "Final reward"
+    assert "tokens saved" in axes.get_title()
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert "Best final response" in legend
+    assert any(label.startswith("Oracle cutoff") for label in legend)
+    assert any(label.startswith("OLS fit") for label in legend)
+    assert_saved(figure, tmp_path, "fig2_b_tau_32")
+
+
+def test_figure2_without_enough_points_for_a_fit(prefixes):
+    two = prefixes[(prefixes["prompt_id"] == "a") & (prefixes["tau"] == 8)].head(2)
+    (axes,) = figure2_partial_vs_final(two, "a", 8).axes
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert not any(label.startswith("OLS fit") for label in legend)
+    assert "Best final response" in legend
+
+
+def test_figure2_rejects_an_unknown_prompt(prefixes):
+    with pytest.raises(ValueError, match="no prefix rows"):
+        figure2_partial_vs_final(prefixes, "zzz", 32)
+
+
+def test_figure3(summary, tmp_path):
+    figure = figure3_compute_vs_improvement(summary)
+    assert len(figure.axes) == 2
+    for axes, pair in zip(figure.axes, ("Gen-A / RM", "Gen-B / RM"), strict=True):
+        assert axes.get_title() == pair
+        assert axes.get_xscale() == "log"
+        assert axes.get_xlabel() == "Relative compute"
+        assert axes.get_ylabel() == "Improvement score"
+        annotations = {child.get_text() for child in axes.texts}
+        assert {"8", "64", "α=0.5", "α=0.9"} <= annotations
+    assert_saved(figure, tmp_path, "fig3")
+
+
+def test_figure3_single_panel_without_pair_column(summary):
+    figure = figure3_compute_vs_improvement(summary[summary["pair"] == "Gen-A / RM"].drop(columns="pair"))
+    assert len(figure.axes) == 1
+
+
+def test_figure4(prefixes, tmp_path):
+    figure = figure4_correlation_distributions(prompt_tau_statistics(prefixes))
+    left, right = figure.axes
+    assert left.get_ylabel() == "Pearson $r$" and right.get_ylabel() == r"Kendall $\tau_b$"
+    assert left.get_xlabel() == right.get_xlabel() == "τ (generated tokens)"
+    assert [tick.get_text() for tick in left.get_xticklabels()] == ["8", "32"]
+    assert_saved(figure, tmp_path, "fig4")

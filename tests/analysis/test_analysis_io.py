@@ -1,0 +1,80 @@
+"""analysis.io: trajectory JSONL and prefix parquet into frames."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from analysis.io import (
+    best_candidate,
+    best_responses_frame,
+    failed_prompts,
+    load_prefix_table,
+    load_trajectories,
+)
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+
+def candidate(id, final_score, probabilities, halted_round=None):
+    return {"id": id, "text": f"response {id}", "token_ids": list(range(len(probabilities))),
+            "token_logprobs": [math.log(p) for p in probabilities], "num_tokens": len(probabilities),
+            "finished": True, "complete": final_score is not None, "final_score": final_score,
+            "halted_round": halted_round, "round_scores": []}
+
+
+# Shaped like specrej's records: SR params carry init_batch_size (no n), best names its candidate.
+SR_RECORD = {
+    "prompt_id": "p1", "prompt": "Hi", "method": "sr",
+    "params": {"alpha": 0.5, "init_batch_size": 8, "seed": 0, "model": "gen", "reward": "rm"},
+    "best": {"candidate_id": 1, "text": "response 1", "score": 2.0, "num_tokens": 2},
+    "candidates": [
+        candidate(0, None, [0.9, 0.9, 0.9], halted_round=0),  # halted: no final score
+        candidate(1, 2.0, [0.5, 0.5]),  # the answer: perplexity 2
+        candidate(2, 1.0, [0.1]),
+    ],
+    "rounds": [{"decision_token": 4, "batch_before": 8, "batch_after": 4, "cutoff": 0.3}],
+    "timing": {"total_s": 3.0, "generate_s": 2.0, "score_s": 1.0},
+    "tokens": {"generated": 40, "scored": 20}, "peak_kv_bytes": 1024,
+}
+BON_RECORD = {**SR_RECORD, "method": "bon", "rounds": [],
+              "params": {"n": 16, "batch_size": 8, "seed": 0, "model": "gen", "reward": "rm"}}
+FAILED_RECORD = {"prompt_id": "p2", "prompt": "Oops", "method": "sr", "params": {}, "error": "prompt too long"}
+UNANSWERED_RECORD = {**SR_RECORD, "prompt_id": "p3", "best": None}
+
+
+def test_jsonl_round_trip_and_runs_frame(tmp_path):
+    path = tmp_path / "trajectories.jsonl"
+    records = [SR_RECORD, FAILED_RECORD, BON_RECORD, UNANSWERED_RECORD]
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n\n")
+    loaded = load_trajectories(path)
+    assert [r["prompt_id"] for r in loaded] == ["p1", "p2", "p1", "p3"]
+
+    runs = best_responses_frame(loaded)
+    assert runs["method"].tolist() == ["sr", "bon"]
+    sr, bon = runs.iloc[0], runs.iloc[1]
+    assert (sr["n"], sr["alpha"], sr["batch_size"]) == (8, 0.5, 8)
+    assert bon["n"] == 16 and math.isnan(bon["alpha"])
+    assert sr["pair"] == "gen / rm"
+    assert sr["perplexity"] == pytest.approx(2.0)  # of candidate 1, not the halted one
+    assert (sr["score"], sr["time_s"], sr["shards"], sr["num_rounds"]) == (2.0, 3.0, 1, 1)
+    assert failed_prompts(loaded).to_dict("records") == [
+        {"prompt_id": "p2", "method": "sr", "error": "prompt too long"},
+        {"prompt_id": "p3", "method": "sr", "error": "no complete response"},
+    ]
+
+
+def test_best_candidate_falls_back_to_the_highest_unhalted_final_score():
+    without_id = {**SR_RECORD, "best": {"text": "response 1", "score": 2.0, "num_tokens": 2}}
+    assert best_candidate(without_id)["id"] == 1
+
+
+def test_prefix_table_is_checked_on_load(tmp_path):
+    table = pd.DataFrame({"prompt_id": ["p"], "candidate_id": [0], "tau": [8], "partial_score": [0.1],
+                          "final_score": [0.2], "num_tokens": [10], "finished_before_tau": [False]})
+    table.to_parquet(tmp_path / "good.parquet")
+    pd.testing.assert_frame_equal(load_prefix_table(tmp_path / "good.parquet"), table)
+    table.drop(columns="tau").to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match="tau"):
+        load_prefix_table(tmp_path / "bad.parquet")

@@ -1,0 +1,114 @@
+"""Tiny random models built in code and saved to disk, so the real loading code runs offline."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+TESTS = Path(__file__).parent
+sys.path.insert(0, str(TESTS))  # for `python:toy_rewards:...` reward specs
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Speculative rejection halts the lowest scoring responses early.",
+    "Best of N samples many responses and returns the best one.",
+    "Write a poem about the sea. Explain gravity to a child. List three fruits.",
+    "Reward models score a prompt and a response; language models generate text.",
+] * 20
+GENERATOR_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+REWARD_TEMPLATE = "{% for m in messages %}[{{ m['role'] | upper }}] {{ m['content'] }}\n{% endfor %}[SCORE]"
+
+
+def build_tokenizer(chat_template: str | None):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.chat_template = chat_template
+    return fast
+
+
+def tiny_llama_config(vocab_size: int, **overrides):
+    from transformers import LlamaConfig
+
+    config = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=2, tie_word_embeddings=False)
+    return LlamaConfig(**{**config, **overrides})
+
+
+@pytest.fixture(scope="session")
+def generator_dir(tmp_path_factory) -> Path:
+    from transformers import LlamaForCausalLM
+
+    path = tmp_path_factory.mktemp("tiny-generator")
+    tokenizer = build_tokenizer(GENERATOR_TEMPLATE)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(tiny_llama_config(len(tokenizer)))
+    with torch.no_grad():  # sharper next-token distributions than a fresh init, so texts vary less wildly
+        model.lm_head.weight.mul_(8)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def reward_model_dir(tmp_path_factory) -> Path:
+    from transformers import LlamaForSequenceClassification
+
+    path = tmp_path_factory.mktemp("tiny-reward-model")
+    tokenizer = build_tokenizer(REWARD_TEMPLATE)
+    torch.manual_seed(1)
+    model = LlamaForSequenceClassification(tiny_llama_config(len(tokenizer), num_labels=1))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def engine(generator_dir):
+    from specrej import load_engine
+
+    return load_engine(str(generator_dir))
+
+
+@pytest.fixture
+def prompts_file(tmp_path) -> Path:
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps([{"prompt": "Write a poem about the sea."},
+                                {"prompt": "Explain gravity to a child."},
+                                {"prompt": "List three fruits."}]))
+    return path
+
+
+@pytest.fixture(scope="session")
+def custom_code_reward_dir(tmp_path_factory, reward_model_dir) -> Path:
+    """A reward model whose code ships in its directory (auto_map), like ArmoRM."""
+    import shutil
+
+    from custom_rm_code import CustomRM, CustomRMConfig
+    from transformers import AutoTokenizer
+
+    path = tmp_path_factory.mktemp("custom-code-rm")
+    tokenizer = AutoTokenizer.from_pretrained(reward_model_dir)
+    config = CustomRMConfig(**tiny_llama_config(len(tokenizer)).to_dict())
+    config.auto_map = {"AutoConfig": "custom_rm_code.CustomRMConfig",
+                       "AutoModelForSequenceClassification": "custom_rm_code.CustomRM"}
+    torch.manual_seed(2)
+    CustomRM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    shutil.copy(TESTS / "custom_rm_code.py", path / "custom_rm_code.py")
+    return path

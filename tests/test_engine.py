@@ -1,0 +1,130 @@
+"""The engine's own forward pass, cache and sampler against Hugging Face's reference."""
+
+import pytest
+import torch
+
+from specrej import SamplingParams
+from specrej.cache import compaction_order
+from specrej.engine import Engine, Rollout, sample_next
+
+ATOL = 1e-4
+
+
+def reference_logits(engine, prompt_ids, rows_tokens):
+    """Next-token logits from a fresh HF forward over prompt + each row's tokens (no cache)."""
+    ids = torch.tensor([prompt_ids + row for row in rows_tokens])
+    with torch.no_grad():
+        return engine.model(ids).logits[:, -1].float()
+
+
+def new_rollout(engine, rows, max_len=32, seed=0, **sampling):
+    prompt_ids = engine.encode_prompt("Write a poem about the sea.")
+    prompt = engine.prefill(prompt_ids)
+    params = SamplingParams(max_new_tokens=sampling.pop("max_new_tokens", 32), **sampling)
+    return prompt_ids, Rollout(engine, prompt, rows, max_len, params, torch.Generator().manual_seed(seed))
+
+
+def live_tokens(rollout):
+    return rollout.tokens[:, : rollout.length].tolist()
+
+
+def test_prefill_matches_hf(engine):
+    prompt_ids = engine.encode_prompt("Explain gravity to a child.")
+    torch.testing.assert_close(engine.prefill(prompt_ids).logits, reference_logits(engine, prompt_ids, [[]])[0],
+                               atol=ATOL, rtol=0)
+
+
+def test_decode_matches_hf_and_prune_keeps_survivors_exact(generator_dir):
+    from specrej import load_engine
+
+    engine = load_engine(str(generator_dir))
+    engine.stop_token_ids = torch.tensor([-1])  # no row finishes: the test controls pruning
+    prompt_ids, rollout = new_rollout(engine, rows=6)
+    for _ in range(5):
+        rollout.step()
+    torch.testing.assert_close(rollout.logits, reference_logits(engine, prompt_ids, live_tokens(rollout)),
+                               atol=ATOL, rtol=0)
+    halted_ids = rollout.candidate_ids[[0, 3, 4]].tolist()
+    halted = rollout.halt(halted_ids)
+    assert sorted(h.candidate_id for h in halted) == sorted(halted_ids)
+    assert rollout.num_rows == 3 and not set(rollout.candidate_ids.tolist()) & set(halted_ids)
+    # after prune, the survivors' logits equal a fresh computation on their prefixes...
+    torch.testing.assert_close(rollout.logits, reference_logits(engine, prompt_ids, live_tokens(rollout)),
+                               atol=ATOL, rtol=0)
+    # ...and so do the next tokens, decoded from the compacted cache and after a re-layout
+    rollout.step()
+    rollout.grow(48)
+    for _ in range(3):
+        rollout.step()
+    assert rollout.cache.max_len == 48
+    torch.testing.assert_close(rollout.logits, reference_logits(engine, prompt_ids, live_tokens(rollout)),
+                               atol=ATOL, rtol=0)
+
+
+def test_finished_rows_are_compacted_out(generator_dir):
+    from specrej import load_engine
+
+    engine = load_engine(str(generator_dir))
+    # make two frequent tokens stop tokens, so rows finish at different steps
+    frequent = reference_logits(engine, engine.encode_prompt("Write a poem about the sea."), [[]])[0].topk(2).indices
+    engine.stop_token_ids = torch.cat([engine.stop_token_ids, frequent])
+    prompt_ids, rollout = new_rollout(engine, rows=8, max_new_tokens=32)
+    finished = []
+    while rollout.num_rows:
+        finished += rollout.step()
+        assert rollout.cache.rows == rollout.num_rows
+        if rollout.num_rows:
+            torch.testing.assert_close(rollout.logits, reference_logits(engine, prompt_ids, live_tokens(rollout)),
+                                       atol=ATOL, rtol=0)
+    assert sorted(f.candidate_id for f in finished) == list(range(8))
+    stopped = [f for f in finished if f.stopped]
+    assert stopped, "expected some rows to end with a stop token"
+    assert all(len(f.token_ids) < 32 for f in stopped)
+    assert all(len(f.token_ids) == len(f.token_logprobs) for f in finished)
+
+
+def test_same_seed_same_tokens_and_other_seed_differs(engine):
+    runs = []
+    for seed in (7, 7, 8):
+        _, rollout = new_rollout(engine, rows=4, seed=seed)
+        for _ in range(6):
+            rollout.step()
+        runs.append(rollout.tokens[:, :6].clone())
+    assert torch.equal(runs[0], runs[1])
+    assert not torch.equal(runs[0], runs[2])
+
+
+def test_sampler_top_k_one_and_tiny_top_p_are_greedy():
+    logits = torch.randn(5, 50, generator=torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(0)
+    greedy = logits.argmax(-1)
+    assert torch.equal(sample_next(logits, SamplingParams(temperature=0), gen), greedy)
+    assert torch.equal(sample_next(logits, SamplingParams(top_k=1), gen), greedy)
+    assert torch.equal(sample_next(logits, SamplingParams(top_p=1e-6), gen), greedy)
+
+
+def test_sampler_follows_the_distribution_and_respects_top_k():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log().expand(20000, -1)
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.bincount(sample_next(logits, SamplingParams(), gen), minlength=4) / 20000
+    torch.testing.assert_close(counts, probs, atol=0.015, rtol=0)
+    top2 = torch.bincount(sample_next(logits, SamplingParams(top_k=2), gen), minlength=4) / 20000
+    torch.testing.assert_close(top2, torch.tensor([0.625, 0.375, 0, 0]), atol=0.015, rtol=0)
+    nucleus = torch.bincount(sample_next(logits, SamplingParams(top_p=0.7), gen), minlength=4) / 20000
+    torch.testing.assert_close(nucleus, torch.tensor([0.625, 0.375, 0, 0]), atol=0.015, rtol=0)
+
+
+def test_compaction_order_moves_only_tail_survivors_into_holes():
+    keep = torch.tensor([True, False, True, True, False, True])
+    assert compaction_order(keep).tolist() == [0, 5, 2, 3]
+
+
+def test_unsupported_architecture_is_refused():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from specrej import SpecrejError
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
+    with pytest.raises(SpecrejError, match="gpt2"):
+        Engine(model, tokenizer=None)
