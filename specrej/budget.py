@@ -47,14 +47,15 @@ def default_memory_budget(device: torch.device) -> int:
     """KV budget when none is given.
 
     CUDA: free memory (measured after the models are loaded) minus a margin for activations and
-    logits (10% of the card, at least 2 GiB). CPU: a quarter of the available RAM, so a laptop
-    stays usable.
+    logits (10% of the card, at least 2 GiB). CPU: a quarter of the available RAM, at most
+    1 GiB: SR's initial batch grows with the budget, and on a CPU a larger one costs minutes
+    per prompt (pass --memory-budget to choose).
     """
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         return max(0, free - max(2 * 2**30, total // 10))
     available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return available // 4
+    return min(available // 4, 2**30)
 
 
 def token_capacity(budget_bytes: int, kv_bytes: int, prompt_tokens: int, num_layers: int) -> int:

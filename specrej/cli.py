@@ -1,4 +1,4 @@
-"""`specrej generate` (and the subcommands of later stages): argument parsing and nothing else."""
+"""`specrej generate | score-prefixes | summary`: argument parsing and nothing else."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--batch-size", type=int,
                      help="BoN: responses per batch; SR: initial batch b_init (default: from the memory budget)")
     gen.add_argument("--memory-budget", type=_size,
-                     help="KV-cache budget, e.g. 2GiB (default: CUDA free memory minus a margin; CPU: 1/4 of free RAM)")
+                     help="KV-cache budget, e.g. 2GiB (default: CUDA free memory minus a margin; CPU: 1/4 of free RAM, at most 1GiB)")
     gen.add_argument("--min-tokens", type=int, default=8, help="SR: tokens generated before the first rejection")
     gen.add_argument("--decision-tokens", type=_ints, default=[],
                      help="SR: extra decision tokens at fixed lengths, e.g. 16,32,64 (for studies)")
@@ -62,6 +62,32 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-progress", action="store_true", help="no progress bar")
     gen.add_argument("--prompts", required=True, metavar="FILE", help=".json, .jsonl or .txt prompts")
     gen.add_argument("--out", required=True, metavar="OUT.jsonl")
+
+    prefixes = commands.add_parser(
+        "score-prefixes", help="score the first tau tokens of every response of a run (prefix table, parquet)",
+        description="For every complete candidate of every record of RUN.jsonl and every decision token tau, "
+                    "score the first tau generated tokens (cut at the generator's token boundaries, decoded with "
+                    "its tokenizer) with the reward, and write one row per (prompt, candidate, tau) to OUT: "
+                    "prompt_id (as a string), candidate_id, tau, partial_score, final_score, num_tokens, "
+                    "finished_before_tau. Candidates halted before completing have no final score and are left out.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    prefixes.add_argument("--trajectories", required=True, metavar="RUN.jsonl",
+                          help="a run written by `specrej generate` (normally Best-of-N)")
+    prefixes.add_argument("--reward", required=True,
+                          help="'logprob', 'python:module:function', or a reward model id/directory")
+    prefixes.add_argument("--decision-tokens", type=_ints, required=True, metavar="TAUS",
+                          help="prefix lengths in generator tokens, e.g. 8,16,32,64,128,256")
+    prefixes.add_argument("--out", required=True, metavar="PREFIX.parquet")
+    prefixes.add_argument("--model",
+                          help="the generator whose tokenizer decodes the prefixes (only its tokenizer is loaded; "
+                               "not needed for logprob); default: the records' params.model")
+    prefixes.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                          help="reward model dtype; auto: float32 on CPU, bfloat16 on CUDA")
+    prefixes.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    prefixes.add_argument("--reward-batch-size", type=int, default=16, help="responses per reward-model forward pass")
+    prefixes.add_argument("--trust-remote-code", action="store_true",
+                          help="allow models with custom code (e.g. ArmoRM)")
+    prefixes.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     summary = commands.add_parser("summary", help="print one line per prompt of a trajectories file",
                                   description="Print the best response and the cost of each prompt of a JSONL run.")
@@ -106,10 +132,19 @@ def generate(args: argparse.Namespace) -> None:
                 decision_tokens=args.decision_tokens, progress=not args.no_progress)
 
 
+def score_prefixes(args: argparse.Namespace) -> None:
+    from .prefixes import score_prefix_file
+
+    score_prefix_file(args.trajectories, args.out, reward=args.reward, decision_tokens=args.decision_tokens,
+                      model=args.model, dtype=args.dtype, device=args.device,
+                      trust_remote_code=args.trust_remote_code, reward_batch_size=args.reward_batch_size,
+                      progress=not args.no_progress)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        {"generate": generate, "summary": summarize}[args.command](args)
+        {"generate": generate, "score-prefixes": score_prefixes, "summary": summarize}[args.command](args)
     except SpecrejError as error:
         print(f"specrej: error: {error}", file=sys.stderr)
         return 2

@@ -43,7 +43,8 @@ def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.G
     """Draw one token per row from fp32 logits [rows, vocab] (temperature, top-k, then top-p)."""
     if params.temperature == 0:
         return logits.argmax(-1)
-    logits = logits / params.temperature
+    if params.temperature != 1:
+        logits = logits / params.temperature
     candidates = None  # vocabulary ids of the columns of `logits`, once cut or sorted
     if params.top_k:
         logits, candidates = logits.topk(min(params.top_k, logits.shape[-1]), dim=-1)
@@ -71,6 +72,11 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
+def rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+    """A Llama-family RMSNorm module applied as PyTorch's fused kernel (one op instead of six)."""
+    return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
+
+
 def attend_decode(q, prompt_k, prompt_v, k, v, scale: float) -> torch.Tensor:
     """One query token per row against the shared prompt KV and the row's own generated KV.
 
@@ -96,7 +102,7 @@ class PrefilledPrompt:
     token_ids: list[int]
     k: list[torch.Tensor]  # per layer [kv_heads, P, d]
     v: list[torch.Tensor]
-    logits: torch.Tensor  # [vocab] fp32, next-token logits after the prompt
+    hidden: torch.Tensor  # [hidden] final hidden state of the last prompt token (lm_head input)
 
 
 class Engine:
@@ -121,6 +127,7 @@ class Engine:
         self.sliding_window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
         self.kv_bytes_per_token = kv_bytes_per_token(len(self.layers), self.num_kv_heads, self.head_dim, self.dtype)
         self.stop_token_ids = torch.tensor(sorted(set(stop_token_ids) | _eos_ids(model, tokenizer)), device=self.device)
+        self.sample_chunk_rows = max(1, 2**24 // config.vocab_size)  # ~64 MiB of fp32 logits per chunk
         self._fuse_projections()
 
     # -- set-up --------------------------------------------------------------------------
@@ -168,22 +175,43 @@ class Engine:
     # -- forward -------------------------------------------------------------------------
     def _forward(self, token_ids: torch.Tensor, first_pos: int, attend: Callable) -> torch.Tensor:
         """Run the transformer on token_ids [rows, seq] at positions first_pos...; `attend(layer,
-        q, k, v)` supplies attention. Returns fp32 logits of the last position [rows, vocab]."""
+        q, k, v)` supplies attention. Returns the final (normed) hidden state of the last position,
+        [rows, hidden]: logits are made from it in row chunks (see `sample`)."""
         rows, seq = token_ids.shape
+        heads, kv_heads = self.num_heads, self.num_kv_heads
         x = self.model.get_input_embeddings()(token_ids)
         positions = torch.arange(first_pos, first_pos + seq, device=self.device)[None]
-        cos, sin = (t[:, None] for t in self.model.model.rotary_emb(x, positions))  # [1, 1, seq, d]
+        cos, sin = (t[:, :, None] for t in self.model.model.rotary_emb(x, positions))  # [1, seq, 1, d]
         for i, layer in enumerate(self.layers):
-            h = layer.input_layernorm(x)
-            q, k, v = F.linear(h, self.qkv_weight[i], self.qkv_bias[i]).split(self.qkv_sizes, dim=-1)
-            q = rotate(q.view(rows, seq, -1, self.head_dim).transpose(1, 2), cos, sin)
-            k = rotate(k.view(rows, seq, -1, self.head_dim).transpose(1, 2), cos, sin)
-            v = v.view(rows, seq, -1, self.head_dim).transpose(1, 2)
+            h = rms_norm(x, layer.input_layernorm)
+            qkv = F.linear(h, self.qkv_weight[i], self.qkv_bias[i]).view(rows, seq, -1, self.head_dim)
+            q, k = rotate(qkv[:, :, : heads + kv_heads], cos, sin).transpose(1, 2).split([heads, kv_heads], dim=1)
+            v = qkv[:, :, heads + kv_heads :].transpose(1, 2)
             out = attend(i, q, k, v)  # [rows, heads, seq, d]
             x = x + layer.self_attn.o_proj(out.transpose(1, 2).reshape(rows, seq, -1))
-            gate, up = F.linear(layer.post_attention_layernorm(x), self.gate_up_weight[i], self.gate_up_bias[i]).chunk(2, -1)
+            h = rms_norm(x, layer.post_attention_layernorm)
+            gate, up = F.linear(h, self.gate_up_weight[i], self.gate_up_bias[i]).chunk(2, dim=-1)
             x = x + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
-        return self.model.lm_head(self.model.model.norm(x[:, -1])).float()
+        return rms_norm(x[:, -1], self.model.model.norm)
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.lm_head(hidden).float()
+
+    @torch.inference_mode()
+    def sample(self, hidden: torch.Tensor, params: SamplingParams, generator: torch.Generator):
+        """Next token and its log-prob for each row, from hidden states [rows, hidden].
+
+        Logits are made a chunk of rows at a time: SR's initial batch can run to thousands of
+        rows, and [rows, vocab] fp32 logits plus the sampler's temporaries would not fit.
+        """
+        tokens, logprobs = [], []
+        for chunk in hidden.split(self.sample_chunk_rows):
+            logits = self.logits(chunk)
+            chosen = sample_next(logits, params, generator)
+            tokens.append(chosen)
+            logprobs.append(token_logprobs(logits, chosen))
+        return torch.cat(tokens), torch.cat(logprobs)
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: list[int]) -> PrefilledPrompt:
@@ -195,12 +223,13 @@ class Engine:
             vs.append(v[0])
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
 
-        logits = self._forward(torch.tensor([prompt_ids], device=self.device), 0, attend)
-        return PrefilledPrompt(list(prompt_ids), ks, vs, logits[0])
+        hidden = self._forward(torch.tensor([prompt_ids], device=self.device), 0, attend)
+        return PrefilledPrompt(list(prompt_ids), ks, vs, hidden[0])
 
     @torch.inference_mode()
     def decode_one_token(self, cache: KVCache, tokens: torch.Tensor, pos: int) -> torch.Tensor:
-        """Feed each live row's token at generated position `pos`; fp32 logits [rows, vocab]."""
+        """Feed each live row's token at generated position `pos`; returns the hidden states that
+        predict the next token, [rows, hidden]."""
         prompt_len = cache.prompt_k[0].shape[1]
 
         def attend(layer, q, k, v):
@@ -241,7 +270,7 @@ class RowOutput:
 class Rollout:
     """Rows sampling continuations of one prefilled prompt in lock-step.
 
-    Per-row state (candidate id, tokens, log-probs, next-token logits) lives in tensors whose
+    Per-row state (candidate id, tokens, log-probs, next-token hidden state) lives in tensors whose
     first dimension is the row, and is pruned together with the KV cache.
     """
 
@@ -255,7 +284,7 @@ class Rollout:
         self.candidate_ids = torch.arange(first_candidate_id, first_candidate_id + rows, device=device)
         self.tokens = torch.zeros(rows, params.max_new_tokens, dtype=torch.long, device=device)
         self.logprobs = torch.zeros(rows, params.max_new_tokens, dtype=torch.float32, device=device)
-        self.logits = prompt.logits.expand(rows, -1)
+        self.hidden = prompt.hidden.expand(rows, -1)
         self.length = 0  # tokens sampled per live row
         self.tokens_generated = 0
 
@@ -270,16 +299,16 @@ class Rollout:
 
     def step(self) -> list[RowOutput]:
         """Sample one token for every row; return the rows that finished (stop token or length)."""
-        tokens = sample_next(self.logits, self.params, self.generator)
+        tokens, logprobs = self.engine.sample(self.hidden, self.params, self.generator)
         self.tokens[:, self.length] = tokens
-        self.logprobs[:, self.length] = token_logprobs(self.logits, tokens)
+        self.logprobs[:, self.length] = logprobs
         self.length += 1
         self.tokens_generated += self.num_rows
         stopped = torch.isin(tokens, self.engine.stop_token_ids)
         done = stopped | (self.length == self.params.max_new_tokens)
         finished = self._remove(done, stopped) if done.any() else []
         if self.num_rows:
-            self.logits = self.engine.decode_one_token(self.cache, self.tokens[:, self.length - 1], self.length - 1)
+            self.hidden = self.engine.decode_one_token(self.cache, self.tokens[:, self.length - 1], self.length - 1)
         return finished
 
     def partial_outputs(self) -> list[RowOutput]:
@@ -307,6 +336,6 @@ class Rollout:
         removed = self._outputs(remove.nonzero().flatten(), stopped)
         order = compaction_order(~remove)
         self.candidate_ids = self.candidate_ids[order]
-        self.tokens, self.logprobs, self.logits = self.tokens[order], self.logprobs[order], self.logits[order]
+        self.tokens, self.logprobs, self.hidden = self.tokens[order], self.logprobs[order], self.hidden[order]
         self.cache.prune(order)
         return removed

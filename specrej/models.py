@@ -86,6 +86,20 @@ def load_reward_model(spec: str, dtype: str = "auto", device: str = "auto", trus
     return _load(AutoModelForSequenceClassification, spec, dtype, device, trust_remote_code)
 
 
+def load_tokenizer(spec: str, trust_remote_code: bool = False):
+    """Only the tokenizer of a model (id, directory, .gguf or `default`): enough to decode token ids."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(spec)
+    try:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        if "trust_remote_code" in str(error) and not trust_remote_code:
+            raise SpecrejError(f"{spec} contains custom code; pass --trust-remote-code to run it") from error
+        where = "" if Path(path).exists() else "not a local path, and not on the Hugging Face hub (offline?): "
+        raise SpecrejError(f"cannot load the tokenizer of {spec!r}: {where}{str(error).splitlines()[0]}") from error
+
+
 def _load(auto_class, spec: str, dtype: str, device: str, trust_remote_code: bool):
     from transformers import AutoTokenizer
 

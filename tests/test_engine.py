@@ -30,7 +30,7 @@ def live_tokens(rollout):
 
 def test_prefill_matches_hf(engine):
     prompt_ids = engine.encode_prompt("Explain gravity to a child.")
-    torch.testing.assert_close(engine.prefill(prompt_ids).logits, reference_logits(engine, prompt_ids, [[]])[0],
+    torch.testing.assert_close(engine.logits(engine.prefill(prompt_ids).hidden), reference_logits(engine, prompt_ids, [[]])[0],
                                atol=ATOL, rtol=0)
 
 
@@ -42,14 +42,14 @@ def test_decode_matches_hf_and_prune_keeps_survivors_exact(generator_dir):
     prompt_ids, rollout = new_rollout(engine, rows=6)
     for _ in range(5):
         rollout.step()
-    torch.testing.assert_close(rollout.logits, reference_logits(engine, prompt_ids, live_tokens(rollout)),
+    torch.testing.assert_close(engine.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout)),
                                atol=ATOL, rtol=0)
     halted_ids = rollout.candidate_ids[[0, 3, 4]].tolist()
     halted = rollout.halt(halted_ids)
     assert sorted(h.candidate_id for h in halted) == sorted(halted_ids)
     assert rollout.num_rows == 3 and not set(rollout.candidate_ids.tolist()) & set(halted_ids)
     # after prune, the survivors' logits equal a fresh computation on their prefixes...
-    torch.testing.assert_close(rollout.logits, reference_logits(engine, prompt_ids, live_tokens(rollout)),
+    torch.testing.assert_close(engine.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout)),
                                atol=ATOL, rtol=0)
     # ...and so do the next tokens, decoded from the compacted cache and after a re-layout
     rollout.step()
@@ -57,7 +57,7 @@ def test_decode_matches_hf_and_prune_keeps_survivors_exact(generator_dir):
     for _ in range(3):
         rollout.step()
     assert rollout.cache.max_len == 48
-    torch.testing.assert_close(rollout.logits, reference_logits(engine, prompt_ids, live_tokens(rollout)),
+    torch.testing.assert_close(engine.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout)),
                                atol=ATOL, rtol=0)
 
 
@@ -74,7 +74,7 @@ def test_finished_rows_are_compacted_out(generator_dir):
         finished += rollout.step()
         assert rollout.cache.rows == rollout.num_rows
         if rollout.num_rows:
-            torch.testing.assert_close(rollout.logits, reference_logits(engine, prompt_ids, live_tokens(rollout)),
+            torch.testing.assert_close(engine.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout)),
                                        atol=ATOL, rtol=0)
     assert sorted(f.candidate_id for f in finished) == list(range(8))
     stopped = [f for f in finished if f.stopped]
@@ -128,3 +128,18 @@ def test_unsupported_architecture_is_refused():
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
     with pytest.raises(SpecrejError, match="gpt2"):
         Engine(model, tokenizer=None)
+
+
+def test_sampling_in_row_chunks_changes_nothing(generator_dir):
+    from specrej import load_engine
+
+    engine = load_engine(str(generator_dir))
+    runs = []
+    for chunk_rows in (engine.sample_chunk_rows, 3):
+        engine.sample_chunk_rows = chunk_rows
+        _, rollout = new_rollout(engine, rows=8, seed=5)
+        for _ in range(6):
+            rollout.step()
+        runs.append((rollout.tokens[:, :6].clone(), rollout.logprobs[:, :6].clone()))
+    assert torch.equal(runs[0][0], runs[1][0])
+    torch.testing.assert_close(runs[0][1], runs[1][1])

@@ -1,0 +1,207 @@
+"""Prefix scoring: the reward of the first tau tokens of every response (`specrej score-prefixes`).
+
+For every complete candidate of every trajectory record and every decision token tau, the
+prefix is cut at the generator's token boundaries (`token_ids[:tau]`), decoded with the
+generator's tokenizer, and scored by the reward, which renders it with its own template. The
+result is the *prefix table* that `analysis.correlation` consumes, one row per (prompt,
+candidate, tau):
+
+    prompt_id      str: the record's id as a string, so ids that mix ints and strings (or that
+                   differ between files) keep one parquet type
+    candidate_id   int: the candidate's `id` in the record
+    tau            int: the decision token
+    partial_score  float: reward of the first tau tokens; NaN/+inf count as -inf, as in the engine
+    final_score    float: reward of the complete response
+    num_tokens     int: length of the complete response in generator tokens
+    finished_before_tau  bool: num_tokens <= tau, i.e. the prefix is the whole response; its
+                   partial score is then the final score (as SR ranks complete responses)
+
+Candidates that never completed (halted by SR, `complete` false) have no full response and so
+no final score: they are left out, with one warning that counts them. Prefix studies normally
+read Best-of-N runs, where every candidate is complete.
+
+`final_score` comes from the record when its `params.reward` is the reward used here;
+otherwise the full response is scored again with this reward. `logprob` prefixes are the mean
+of the first tau recorded `token_logprobs` (stored rounded to 5 decimals) and need no model.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from .errors import SpecrejError
+from .io import read_records
+from .rewards import LogProbReward, Response, Reward
+
+PREFIX_COLUMNS = ("prompt_id", "candidate_id", "tau", "partial_score", "final_score", "num_tokens",
+                  "finished_before_tau")
+_DTYPES = {"prompt_id": "str", "candidate_id": "int64", "tau": "int64", "partial_score": "float64",
+           "final_score": "float64", "num_tokens": "int64", "finished_before_tau": "bool"}
+
+Decode = Callable[[list[list[int]]], list[str]]
+
+
+def check_decision_tokens(decision_tokens: Iterable[int]) -> list[int]:
+    """The decision tokens sorted and without repeats; every one must be a positive integer."""
+    taus = list(decision_tokens)
+    if not taus:
+        raise SpecrejError("no decision tokens given; pass e.g. --decision-tokens 8,16,32")
+    bad = [t for t in taus if isinstance(t, bool) or not isinstance(t, int) or t < 1]
+    if bad:
+        raise SpecrejError(f"decision tokens must be positive integers, got {', '.join(map(str, bad))}")
+    return sorted(set(taus))
+
+
+def score_prefixes(records: Iterable[dict], reward: Reward, decision_tokens: Iterable[int],
+                   decode: Decode | None = None, *, reward_name: str | None = None,
+                   progress: bool = False) -> pd.DataFrame:
+    """The prefix table (see the module docstring) of `records` under `reward`.
+
+    `decode` turns lists of generator token ids into texts (the generator tokenizer's
+    `batch_decode(..., skip_special_tokens=True)`, as the engine does); it may be None only for
+    the `logprob` reward, which reads log-probs instead of text. `reward_name` (default
+    `reward.name`) is compared with each record's `params.reward` to decide whether its final
+    scores can be reused. Error records are skipped. One `reward.score` call per prompt scores
+    all of its prefixes (grouped by tau, so a reward model pads little) and any final responses.
+    """
+    taus = check_decision_tokens(decision_tokens)
+    text_free = isinstance(reward, LogProbReward)
+    if decode is None and not text_free:
+        raise SpecrejError(f"reward {getattr(reward, 'name', reward)!r} scores text: prefixes must be decoded with "
+                           "the generator's tokenizer (pass --model, or decode=)")
+    reward_name = reward_name if reward_name is not None else getattr(reward, "name", None)
+    records = [r for r in records if "error" not in r]
+    rows: list[dict] = []
+    skipped = 0
+    for record in tqdm(records, desc="score-prefixes", unit="prompt", disable=not progress):
+        prompt_rows, halted = _score_record(record, reward, taus, decode, text_free, reward_name)
+        rows += prompt_rows
+        skipped += halted
+    if skipped:
+        warnings.warn(f"left out {skipped} candidates that never completed (halted): they have no final score",
+                      stacklevel=2)
+    return pd.DataFrame(rows, columns=list(PREFIX_COLUMNS)).astype(_DTYPES)
+
+
+def _score_record(record: dict, reward: Reward, taus: list[int], decode: Decode | None, text_free: bool,
+                  reward_name: str | None) -> tuple[list[dict], int]:
+    missing = [key for key in ("prompt_id", "prompt", "candidates") if key not in record]
+    if missing:
+        raise SpecrejError(f"not a trajectory record (no {', '.join(missing)}): keys {sorted(record)}")
+    pid = record["prompt_id"]
+    reuse_final = (record.get("params") or {}).get("reward") == reward_name
+    candidates = []
+    for c in record["candidates"]:
+        # records without `complete` (older files): not halted, or scored as a final response
+        if not c.get("complete", c.get("halted_round") is None or c.get("final_score") is not None):
+            continue
+        ids, logprobs = c.get("token_ids"), list(c.get("token_logprobs") or ())
+        if ids is None:
+            raise SpecrejError(f"prompt {pid} candidate {c.get('id')}: no token_ids, so prefixes cannot be cut "
+                               "at token boundaries")
+        if text_free and len(logprobs) != len(ids):
+            raise SpecrejError(f"prompt {pid} candidate {c.get('id')}: {len(logprobs)} token_logprobs for "
+                               f"{len(ids)} tokens; the logprob reward needs one per token")
+        final = c.get("final_score") if reuse_final else None
+        candidates.append((c, list(ids), logprobs, final))
+    skipped = len(record["candidates"]) - len(candidates)
+
+    # one reward call per prompt: prefixes shorter than the response, grouped by tau, then finals
+    cuts = [(i, tau) for tau in taus for i, (_, ids, _, _) in enumerate(candidates) if tau < len(ids)]
+    texts = decode([candidates[i][1][:tau] for i, tau in cuts]) if cuts and not text_free else [""] * len(cuts)
+    responses = [Response(text, candidates[i][1][:tau], candidates[i][2][:tau]) for (i, tau), text in zip(cuts, texts)]
+    rescore = [i for i, (_, _, _, final) in enumerate(candidates) if final is None]
+    responses += [Response(candidates[i][0].get("text", ""), candidates[i][1], candidates[i][2]) for i in rescore]
+    scores = _finite(reward.score(record["prompt"], responses), reward, pid) if responses else []
+    if len(scores) != len(responses):
+        raise SpecrejError(f"reward {reward_name} returned {len(scores)} scores for {len(responses)} responses")
+    partial = dict(zip(cuts, scores))
+    finals = [final for _, _, _, final in candidates]
+    for i, score in zip(rescore, scores[len(cuts):]):
+        finals[i] = score
+
+    rows = []
+    for i, (c, ids, _, _) in enumerate(candidates):
+        final = _finite([float(finals[i])], reward, pid)[0]
+        for tau in taus:
+            rows.append({"prompt_id": str(pid), "candidate_id": int(c.get("id", i)), "tau": tau,
+                         "partial_score": partial.get((i, tau), final), "final_score": final,
+                         "num_tokens": len(ids), "finished_before_tau": len(ids) <= tau})
+    return rows, skipped
+
+
+def _finite(scores: Sequence[float], reward: Reward, prompt_id) -> list[float]:
+    """NaN and +inf count as -inf, as in the engine, with one warning per call."""
+    scores = [float(s) for s in scores]
+    if any(math.isnan(s) or s == math.inf for s in scores):
+        warnings.warn(f"reward {getattr(reward, 'name', '?')} gave NaN/inf scores for prompt {prompt_id}; "
+                      "they count as -inf", stacklevel=3)
+    return [s if math.isfinite(s) else float("-inf") for s in scores]
+
+
+def write_parquet(frame: pd.DataFrame, out: str | os.PathLike) -> None:
+    """Write `frame` to `out` atomically: a temporary file in the same folder, then os.replace."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(handle)
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def generator_decoder(model: str, trust_remote_code: bool = False) -> Decode:
+    """`decode` for `score_prefixes` from the generator's tokenizer alone (no weights loaded)."""
+    from .models import load_tokenizer
+
+    tokenizer = load_tokenizer(model, trust_remote_code)
+    return lambda token_ids: tokenizer.batch_decode(token_ids, skip_special_tokens=True)
+
+
+def score_prefix_file(trajectories: str | os.PathLike, out: str | os.PathLike, *, reward: str,
+                      decision_tokens: Iterable[int], model: str | None = None, dtype: str = "auto",
+                      device: str = "auto", trust_remote_code: bool = False, reward_batch_size: int = 16,
+                      progress: bool = True) -> pd.DataFrame:
+    """`specrej score-prefixes`: read a trajectories JSONL, score its prefixes, write the parquet.
+
+    `model` (the generator, for its tokenizer) defaults to the records' `params.model`; it is
+    loaded only for rewards that score text. Bad input raises SpecrejError before any model loads.
+    """
+    from .rewards import load_reward
+
+    taus = check_decision_tokens(decision_tokens)
+    path = Path(trajectories)
+    if not path.is_file():
+        raise SpecrejError(f"trajectories file not found: {path}")
+    records = read_records(path)
+    if not records:
+        raise SpecrejError(f"no complete records in {path}")
+    if all("error" in r for r in records):
+        raise SpecrejError(f"every record of {path} is an error record: nothing to score")
+    scorer = load_reward(reward, dtype=dtype, device=device, trust_remote_code=trust_remote_code,
+                         batch_size=reward_batch_size)
+    decode = None
+    if not isinstance(scorer, LogProbReward):
+        if model is None:
+            models = {(r.get("params") or {}).get("model") for r in records if "error" not in r}
+            if len(models) != 1 or None in models:
+                raise SpecrejError(f"cannot tell the generator of {path} from its records (models: "
+                                   f"{sorted(map(str, models))}); pass --model")
+            model = models.pop()
+        decode = generator_decoder(model, trust_remote_code)
+    frame = score_prefixes(records, scorer, taus, decode, reward_name=reward, progress=progress)
+    if frame.empty:
+        raise SpecrejError(f"no complete candidates in {path}: nothing to score")
+    write_parquet(frame, out)
+    return frame
