@@ -8,6 +8,7 @@ Modules (each documents the columns it consumes and produces):
                     perplexity (paper §5, Figure 3 and Table 2).
 - ``figures``     — Figures 2–4 as matplotlib Figures, plus ``save_figure``.
 - ``tables``      — Tables 1–2 as DataFrames, written as CSV, Markdown and LaTeX.
+- ``winrate``     — win-rates vs Bo-N_min through alpaca_eval (API, local or offline judge) for Table 1.
 
 Nothing here imports torch (only the torch-free ``specrej.selection``): the analysis runs on
 any machine that has the JSONL / parquet files.

@@ -13,6 +13,7 @@ _EXPORTS = {
     "best_of_n": "algorithms", "speculative_rejection": "algorithms",
     "load_engine": "api", "run_prompts": "api",
     "parse_size": "budget",
+    "score_prefixes": "prefixes",
     "Engine": "engine", "SamplingParams": "engine",
     "SpecrejError": "errors",
     "read_prompts": "io", "read_records": "io",

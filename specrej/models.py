@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -91,35 +92,34 @@ def load_tokenizer(spec: str, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
     path = resolve_model_path(spec)
-    try:
+    with _explained_load_errors(spec, path, trust_remote_code):
         return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as error:
-        if "trust_remote_code" in str(error) and not trust_remote_code:
-            raise SpecrejError(f"{spec} contains custom code; pass --trust-remote-code to run it") from error
-        where = "" if Path(path).exists() else "not a local path, and not on the Hugging Face hub (offline?): "
-        raise SpecrejError(f"cannot load the tokenizer of {spec!r}: {where}{str(error).splitlines()[0]}") from error
 
 
 def _load(auto_class, spec: str, dtype: str, device: str, trust_remote_code: bool):
-    from transformers import AutoTokenizer
-
-    path = resolve_model_path(spec)
-    device_ = resolve_device(device)
+    tokenizer = load_tokenizer(spec, trust_remote_code)
+    path, device_ = resolve_model_path(spec), resolve_device(device)
     options = {"dtype": resolve_dtype(dtype, device_), "trust_remote_code": trust_remote_code}
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    with _explained_load_errors(spec, path, trust_remote_code):
         try:
             model = auto_class.from_pretrained(path, attn_implementation=attn_implementation(device_), **options)
         except ValueError as error:  # e.g. custom code without flash-attention support
             if "attention" not in str(error).lower() or attn_implementation(device_) is None:
                 raise
             model = auto_class.from_pretrained(path, **options)
+    return model.to(device_).eval(), tokenizer
+
+
+@contextmanager
+def _explained_load_errors(spec: str, path: str, trust_remote_code: bool):
+    """Turn transformers' loading errors into one SpecrejError that says what to do."""
+    try:
+        yield
     except (OSError, ValueError) as error:
         if "trust_remote_code" in str(error) and not trust_remote_code:
             raise SpecrejError(f"{spec} contains custom code; pass --trust-remote-code to run it") from error
         where = "" if Path(path).exists() else "not a local path, and not available from the Hugging Face hub (offline?): "
         raise SpecrejError(f"cannot load model {spec!r}: {where}{str(error).splitlines()[0]}") from error
-    return model.to(device_).eval(), tokenizer
 
 
 def ensure_default_model() -> Path:
