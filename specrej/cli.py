@@ -29,11 +29,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specrej {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
+    # options every model-running subcommand shares
+    runtime = argparse.ArgumentParser(add_help=False)
+    runtime.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                         help="auto: float32 on CPU, bfloat16 on CUDA")
+    runtime.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    runtime.add_argument("--reward-batch-size", type=int, default=16, help="responses per reward-model forward pass")
+    runtime.add_argument("--trust-remote-code", action="store_true", help="allow models with custom code (e.g. ArmoRM)")
+    runtime.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     gen = commands.add_parser(
         "generate", help="Best-of-N or Speculative Rejection over a prompt file, one JSONL record per prompt",
         description="Run Best-of-N (bon) or Speculative Rejection (sr) on every prompt of FILE and append one "
                     "JSON line per prompt to OUT as it finishes. Rerunning with the same OUT skips prompts already "
-                    "done.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                    "done.", formatter_class=argparse.ArgumentDefaultsHelpFormatter, parents=[runtime])
     gen.add_argument("--model", default="default",
                      help="generator: Hugging Face id, local directory, .gguf file, or 'default' (SmolLM2-135M-Instruct)")
     gen.add_argument("--reward", default="logprob",
@@ -53,13 +62,6 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-                     help="auto: float32 on CPU, bfloat16 on CUDA")
-    gen.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    gen.add_argument("--reward-batch-size", type=int, default=16, help="responses per reward-model forward pass")
-    gen.add_argument("--trust-remote-code", action="store_true",
-                     help="allow models with custom code (e.g. ArmoRM)")
-    gen.add_argument("--no-progress", action="store_true", help="no progress bar")
     gen.add_argument("--prompts", required=True, metavar="FILE", help=".json, .jsonl or .txt prompts")
     gen.add_argument("--out", required=True, metavar="OUT.jsonl")
 
@@ -70,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "its tokenizer) with the reward, and write one row per (prompt, candidate, tau) to OUT: "
                     "prompt_id (as a string), candidate_id, tau, partial_score, final_score, num_tokens, "
                     "finished_before_tau. Candidates halted before completing have no final score and are left out.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter, parents=[runtime])
     prefixes.add_argument("--trajectories", required=True, metavar="RUN.jsonl",
                           help="a run written by `specrej generate` (normally Best-of-N)")
     prefixes.add_argument("--reward", required=True,
@@ -81,13 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
     prefixes.add_argument("--model",
                           help="the generator whose tokenizer decodes the prefixes (only its tokenizer is loaded; "
                                "not needed for logprob); default: the records' params.model")
-    prefixes.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-                          help="reward model dtype; auto: float32 on CPU, bfloat16 on CUDA")
-    prefixes.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    prefixes.add_argument("--reward-batch-size", type=int, default=16, help="responses per reward-model forward pass")
-    prefixes.add_argument("--trust-remote-code", action="store_true",
-                          help="allow models with custom code (e.g. ArmoRM)")
-    prefixes.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     summary = commands.add_parser("summary", help="print one line per prompt of a trajectories file",
                                   description="Print the best response and the cost of each prompt of a JSONL run.")
