@@ -113,12 +113,14 @@ def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha:
     Start with b_init responses (as many as the budget holds for `min_tokens` tokens, unless
     given) and generate until the KV cache would overflow the budget: that step is the decision
     token. Score every response so far, complete ones included; keep the top
-    ceil((1 - alpha) * n) (`selection.num_kept`) and halt the rest; repeat until every survivor is complete. The answer
-    is `Result.best`. `decision_tokens` adds decisions at fixed lengths (for studies). With
-    alpha = 0 and b_init = N (and room for N full responses), this is exactly Best-of-N.
+    ceil((1 - alpha) * n) (`selection.num_kept`) and halt the rest; repeat until every survivor
+    is complete. The answer is `Result.best`. `decision_tokens` adds decisions at fixed lengths
+    (for studies). With alpha = 0 and b_init = N (and room for N full responses), this is
+    exactly Best-of-N.
     """
     if not 0 <= alpha < 1:
         raise SpecrejError(f"alpha must be in [0, 1), got {alpha}")
+    decision_tokens = set(decision_tokens)
     run = _Run(engine, reward, prompt, sampling, seed)
     capacity = run.capacity(memory_budget)
     b_init = init_batch_size or capacity // min_tokens
@@ -128,18 +130,18 @@ def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha:
     rollout = run.start(b_init, min(sampling.max_new_tokens, capacity // b_init))
     rounds: list[Round] = []
     while True:
-        run.generate(rollout, capacity, set(decision_tokens))  # until memory runs short
+        run.generate(rollout, capacity, decision_tokens)  # until memory runs short: the decision token
         if not rollout.num_rows:
             break
-        ranked = run.rank(rollout)  # every response so far, best first
-        kept = num_kept(len(ranked), alpha)
-        halted = ranked[kept:]
+        ranked = run.rank(rollout)  # every response so far, complete ones included, best first
+        kept = num_kept(len(ranked), alpha)  # the alpha-quantile cut
         survivors = [c for c in ranked[:kept] if not c.complete]
-        room = capacity // (rollout.length + 1)  # live rows that can take one more token
-        guard = survivors[room:] if rollout.needs_room else []
-        rounds.append(Round(rollout.length, rollout.num_rows, len(survivors) - len(guard), len(ranked), kept,
-                            ranked[kept - 1].round_scores[-1], len(guard)))
-        run.halt(rollout, halted + guard, round_index=len(rounds) - 1)
+        # memory guard: if alpha freed too little, the lowest survivors that cannot take one more token go too
+        guard = survivors[capacity // (rollout.length + 1):] if rollout.needs_room else []
+        rounds.append(Round(decision_token=rollout.length, batch_before=rollout.num_rows,
+                            batch_after=len(survivors) - len(guard), ranked=len(ranked), kept=kept,
+                            cutoff=ranked[kept - 1].round_scores[-1], memory_guard_halted=len(guard)))
+        run.halt(rollout, ranked[kept:] + guard, round_index=len(rounds) - 1)
     return run.finish("sr", {"alpha": alpha, "init_batch_size": b_init, "min_tokens": min_tokens,
                              "decision_tokens": sorted(decision_tokens)}, rounds)
 
