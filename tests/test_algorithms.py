@@ -52,7 +52,8 @@ def test_rounds_keep_ceil_one_minus_alpha_and_stay_within_budget(engine, alpha):
         assert r.batch_after * (r.decision_token + 1) <= capacity  # survivors fit one more token
         halted = [c for c in result.candidates if c.halted_round == number]
         assert len(halted) == r.ranked - r.kept + r.memory_guard_halted
-        assert all(c.round_scores[-1] <= r.cutoff for c in halted)
+        # the alpha cut halts scores at or below the cutoff; only the memory guard halts better ones
+        assert sum(c.round_scores[-1] > r.cutoff for c in halted) <= r.memory_guard_halted
     assert result.rounds[0].decision_token >= 4  # min_tokens before the first rejection
     if alpha == 0.05:  # halting 5% frees too little memory: the guard must halt more
         assert any(r.memory_guard_halted for r in result.rounds)
