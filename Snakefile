@@ -1,0 +1,49 @@
+# specrej: one command regenerates Tables 1-2, Figures 2-4 and the correlation summary.
+#   snakemake --cores 2                                   # config/config.yaml: the CPU default
+#   snakemake --configfile config/paper.yaml --profile profiles/slurm   # the paper's setting
+#   snakemake --report results/report.html                # every figure and table, with captions
+# The rules only wire files together: the engine is `specrej`, the analysis is `analysis/`.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# the default, found from any working directory; --configfile FILE is merged over it
+configfile: f"{workflow.basedir}/config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+
+
+validate_config(config, "workflow/schemas/config.schema.yaml")
+setup_plan(config)
+
+
+include: "workflow/rules/generate.smk"
+include: "workflow/rules/correlation.smk"
+include: "workflow/rules/decode.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+localrules:
+    all,
+    prompt_chunk,
+
+
+rule all:
+    default_target: True
+    input:
+        expand("results/tables/table{i}.{ext}", i=[1, 2], ext=["csv", "md", "tex"]),
+        expand("results/figures/figure{i}.{ext}", i=[2, 3, 4], ext=["png", "pdf"]),
+        "results/correlation/summary.csv",
+        "results/failed_prompts.csv",
+        merged_runs(),
+
+
+onsuccess:
+    report_failed_prompts()

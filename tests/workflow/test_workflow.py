@@ -1,0 +1,235 @@
+"""The Snakemake workflow: plans of both configs, the config schema's messages, and a full run of
+the tiny configuration (killed part-way, then rerun) that checks every table and figure."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("snakemake")
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
+TINY_CONFIG = TESTS / "workflow" / "config.yaml"
+
+
+def snakemake_command(*args) -> list[str]:
+    # the interpreter running the tests has snakemake (the `workflow` extra) installed
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *map(str, args)]
+
+
+def snakemake(*args, cwd: Path, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(snakemake_command(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run: {rule: count}."""
+    lines = output[output.index("Job stats:"):].splitlines()[3:]
+    counts = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+@pytest.mark.parametrize("configfile, expected", [
+    (None, {"bon_shard": 6 * 4, "bon_direct": 6 * 2, "sr": 6 * 3, "generate_correlation": 6,
+            "score_prefixes": 6, "merge_bon": 5, "merge_sr": 3, "table1": 1, "table2": 1,
+            "figure2": 1, "figure3": 1, "figure4": 1, "correlation_summary": 1}),
+    # 12 pairs x 10 chunks of 10 prompts: 32 shards of Bo120, 9 alphas; the 9 reward-model pairs
+    # get the correlation study
+    ("config/paper.yaml", {"bon_shard": 12 * 10 * 32, "sr": 12 * 10 * 9, "merge_bon": 12 * 6,
+                           "merge_sr": 12 * 9, "generate_correlation": 9 * 10, "score_prefixes": 9 * 10,
+                           "prompt_chunk": 10, "table1": 1, "table2": 1}),
+])
+def test_dry_run_plans_every_output(tmp_path, configfile, expected):
+    args = ["-n", "--cores", "2", "--quiet", "rules"]
+    if configfile:
+        args += ["--configfile", ROOT / configfile]
+    result = snakemake(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr + result.stdout
+    counts = job_counts(result.stdout + result.stderr)
+    assert {rule: counts.get(rule) for rule in expected} == expected
+    assert "bon_direct" not in counts if configfile else True  # every paper N is a multiple of 120
+
+
+def test_paper_config_is_the_papers_setting(tmp_path):
+    import yaml
+
+    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    shared = Path("/work/shared/data/alpaca_farm_100.json")
+    if shared.exists():  # the 100 prompts are the paper's, by af_eval_idx, in its order
+        assert paper["prompts"]["select"] == [row["af_eval_idx"] for row in json.loads(shared.read_text())]
+    assert len(set(paper["prompts"]["select"])) == 100
+    assert paper["prompts"]["source"] == "tatsu-lab/alpaca_farm:alpaca_farm_evaluation"
+    models = {g["model"] for g in paper["generators"].values()}
+    assert models == {"meta-llama/Meta-Llama-3-8B", "mistralai/Mistral-7B-v0.3", "meta-llama/Meta-Llama-3-8B-Instruct"}
+    rms = {r["model"]: r.get("trust_remote_code", False) for r in paper["rewards"].values()}
+    assert rms == {"weqweasdas/RM-Mistral-7B": False, "sfairXC/FsfairX-LLaMA3-RM-v0.1": False,
+                   "RLHFlow/ArmoRM-Llama3-8B-v0.1": True, "logprob": False}
+    assert paper["bon"]["n"] == [120 * 2**i for i in range(6)] and paper["bon"]["shard_size"] == 120
+    assert paper["sr"]["alphas"] == [round(0.1 * i, 1) for i in range(1, 10)]
+    # the default config's pair must not leak into the paper's plan (--configfile is merged)
+    result = snakemake("-n", "--cores", "1", "--configfile", ROOT / "config/paper.yaml", cwd=tmp_path)
+    assert result.returncode == 0 and "smollm2" not in result.stdout
+
+
+@pytest.mark.parametrize("config, message", [
+    ("bon:\n  n: [8, 'x']\n", "invalid config: bon.n[1]: 'x' is not of type 'integer'"),
+    ("sampling:\n  max_new_tokenz: 3\n", "invalid config: sampling: Additional properties are not allowed "
+                                         "('max_new_tokenz' was unexpected)"),
+    ("sr:\n  alphas: [0.5, 1.0]\n", "invalid config: sr.alphas[1]: 1.0 is greater than or equal to the maximum of 1"),
+    ("sr:\n  memory_budget: lots\n", "invalid config: sr.memory_budget: 'lots' is not valid: expected a memory size"),
+    ("pairs:\n  - {generator: nope, reward: logprob}\n",
+     "invalid config: pairs[0].generator: 'nope' is not defined under generators"),
+    ("bon:\n  n: [8, 48]\n  shard_size: 32\n", "invalid config: bon.n: 48 above bon.shard_size=32 must be multiples"),
+    ("prompts:\n  source: no/such/prompts.json\n", "invalid config: prompts.source: file not found"),
+    ("prompts:\n  source: tatsu-lab/alpaca_farm:alpaca_farm_evaluation\n  select: null\n",
+     "give prompts.select (the row indices)"),
+    ("evaluation:\n  judge: gpt-4\n", "invalid config: evaluation.judge: 'gpt-4' is not valid: expected null "
+                                      "(not evaluated), auto, gpt4_turbo, longest or local:<model>"),
+])
+def test_bad_config_stops_before_any_job_with_one_message(tmp_path, config, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(config)
+    result = snakemake("--cores", "1", "--configfile", bad, cwd=tmp_path)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert result.stderr.count("invalid config") == 1
+    assert "Failed validating" not in result.stderr  # no schema dump
+    assert not (tmp_path / "results").exists()  # nothing ran
+
+
+# ------------------------------------------------------------------------------------------
+# the full tiny run: killed part-way, rerun, every output checked
+# ------------------------------------------------------------------------------------------
+
+METHODS = ["Bo2", "Bo4", "Bo8", "SR α=0.5", "SR α=0.75"]
+
+
+def alpaca_eval_available() -> bool:
+    from analysis.winrate import alpaca_eval_available
+
+    return alpaca_eval_available()
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _finished_generation_outputs(results: Path) -> dict[Path, int]:
+    runs = results / "runs"
+    if not runs.exists():
+        return {}
+    return {p: p.stat().st_mtime_ns for p in runs.glob("*/*/*/*.jsonl")} | \
+        {p: p.stat().st_mtime_ns for p in runs.glob("*/correlation/*.jsonl")}
+
+
+@pytest.mark.slow
+def test_tiny_run_survives_a_kill_and_produces_every_output(tmp_path, generator_dir):
+    overlay = tmp_path / "tiny-model.yaml"
+    overlay.write_text(f"generators:\n  tiny: {{model: {json.dumps(str(generator_dir))}, label: Tiny}}\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    args = ["--cores", "2", "--configfile", TINY_CONFIG, overlay]
+    results = tmp_path / "results"
+
+    # 1. start, and kill the whole process tree (as a lost node would) once some generations are done
+    process = subprocess.Popen(snakemake_command(*args), cwd=tmp_path, env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while len(_finished_generation_outputs(results)) < 4 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert process.poll() is None, "the run ended before it could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    before = _finished_generation_outputs(results)
+    assert before, "no generation finished before the kill"
+    for path in before:  # outputs appear only when complete (moved from the partial file)
+        assert all(json.loads(line)["prompt_id"] for line in path.read_text().splitlines())
+
+    # 2. a killed run leaves its lock: unlock, rerun, and finish without redoing finished jobs
+    assert snakemake(*args, "--unlock", cwd=tmp_path, env=env).returncode == 0
+    result = snakemake(*args, cwd=tmp_path, env=env, timeout=400)
+    assert result.returncode == 0, result.stderr[-4000:]
+    after = _finished_generation_outputs(results)
+    assert {p: after[p] for p in before} == before, "finished generations were redone"
+    assert snakemake(*args, "-n", cwd=tmp_path, env=env).stdout.count("Nothing to be done") == 1
+
+    # 3. every table and figure, with the expected rows
+    for stem in ("table1", "table2"):
+        for ext in ("csv", "md", "tex"):
+            assert (results / "tables" / f"{stem}.{ext}").stat().st_size > 0
+    for stem in ("figure2", "figure3", "figure4"):
+        for ext in ("png", "pdf"):
+            assert (results / "figures" / f"{stem}.{ext}").stat().st_size > 1000
+
+    table1 = _rows(results / "tables/table1.csv")
+    assert [row["Method"] for row in table1] == METHODS
+    if alpaca_eval_available():  # judge `longest`: every method judged against Bo2 on the 2 answered prompts
+        assert float(table1[0]["Tiny WR"]) == 50.0 and table1[0]["status"].startswith("reference")
+        for row in table1[1:]:
+            assert 0 <= float(row["Tiny WR"]) <= 100 and row["status"].startswith("evaluated by longest")
+        inputs = _rows(results / "tables/table1_inputs.csv")
+        assert {row["n"] for row in inputs} == {"2"} and {row["judge"] for row in inputs} == {"longest"}
+        assert "Judge: longest" in (results / "tables/table1.md").read_text()
+        assert len(list((results / "evaluation/annotations/Tiny").glob("*.json"))) == len(METHODS) - 1
+    else:
+        assert all(row["Tiny WR"] == "" and row["status"].startswith("not evaluated: alpaca_eval") for row in table1)
+    table2 = _rows(results / "tables/table2.csv")
+    assert [row["Method"] for row in table2] == METHODS
+    assert all(float(row["Tiny PPL"]) > 1 and float(row["Tiny Speedup"]) > 0 for row in table2)
+    assert float(table2[METHODS.index("Bo8")]["Tiny Speedup"]) == pytest.approx(1.0)
+    for stem in ("table1", "table2"):  # the failed prompt is named under the tables
+        assert "Excluded prompts" in (results / "tables" / f"{stem}.md").read_text()
+        assert "empty (" in (results / "tables" / f"{stem}.md").read_text()
+
+    failed = _rows(results / "failed_prompts.csv")
+    assert {row["prompt_id"] for row in failed} == {"empty"}
+    runs = {row["run"].split("/", 2)[2] for row in failed}
+    assert runs >= {"tiny--logprob/bon/n8.jsonl", "tiny--letter-e/sr/alpha0.5.jsonl", "tiny--logprob/correlation.jsonl"}
+    assert all("empty prompt" in row["error"] for row in failed)
+
+    summary = _rows(results / "metrics/summary.csv")
+    assert {(row["pair"], row["method_label"]) for row in summary} == {
+        (pair, m) for pair in ("Tiny / logprob", "Tiny / letter e") for m in METHODS}
+    assert {row["n_prompts"] for row in summary} == {"2"}  # the failed prompt is left out
+
+    correlation = _rows(results / "correlation/summary.csv")
+    assert {(row["pair"], row["tau"]) for row in correlation} == {
+        (pair, tau) for pair in ("Tiny / logprob", "Tiny / letter e") for tau in ("2", "4", "8")}
+    assert {"pearson", "kendall", "tokens_saved_frac", "best_survives_alpha_0.5"} <= {r["metric"] for r in correlation}
+
+    # 4. per-run JSONL: one record per prompt, Bo8 merged from two shards of 4
+    bo8 = [json.loads(line) for line in (results / "runs/tiny--logprob/bon/n8.jsonl").read_text().splitlines()]
+    assert [r["prompt_id"] for r in bo8] == ["sea", "gravity", "empty"]
+    answered = [r for r in bo8 if "error" not in r]
+    assert all(r["params"]["n"] == 8 and r["params"]["shards"] == 2 and r["num_candidates"] == 8 for r in answered)
+    shards = [[json.loads(line) for line in (results / f"runs/tiny--logprob/bon/shard{k}/chunk0000.jsonl")
+               .read_text().splitlines()] for k in (0, 1)]
+    for i, record in enumerate(answered):
+        assert record["best"]["score"] == max(s[i]["best"]["score"] for s in shards)
+        assert record["tokens"]["generated"] == sum(s[i]["tokens"]["generated"] for s in shards)
+    assert not list((results / ".partial").rglob("*.jsonl"))  # every partial file was moved onto its output
+
+    # 5. the report holds every figure and table
+    report = tmp_path / "report.zip"
+    result = snakemake(*args, "--report", report, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    import zipfile
+
+    names = "\n".join(zipfile.ZipFile(report).namelist())
+    for name in ("figure2.png", "figure3.png", "figure4.png", "table1.csv", "table2.csv", "summary.csv",
+                 "failed_prompts.csv"):
+        assert name in names

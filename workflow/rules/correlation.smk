@@ -1,0 +1,74 @@
+# Do partial rewards predict final rewards? (paper §4) Prefix scores per chunk of prompts,
+# statistics per (prompt, tau) per pair, and the bootstrap summary across prompts.
+
+
+rule score_prefixes:
+    """`specrej score-prefixes` on one chunk's full generations (free for the logprob reward)."""
+    input:
+        f"{RESULTS}/runs/{{pair}}/correlation/{{chunk}}.jsonl",
+    output:
+        f"{RESULTS}/correlation/{{pair}}/prefixes/{{chunk}}.parquet",
+    params:
+        args=lambda wildcards: prefix_args(wildcards.pair),
+    log:
+        f"{RESULTS}/logs/score_prefixes/{{pair}}/{{chunk}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/score_prefixes/{{pair}}/{{chunk}}.tsv"
+    threads: config["resources"]["score_prefixes"]["threads"]
+    resources:
+        gpu=lambda wildcards: needs_gpu(wildcards.pair, "score_prefixes"),
+        mem_mb=res("score_prefixes", "mem_mb"),
+        runtime=res("score_prefixes", "runtime"),
+    script:
+        "../scripts/score_prefixes.py"
+
+
+rule correlation_statistics:
+    """One row per (prompt, tau): Pearson, Kendall, OLS, oracle cutoff, tokens saved, best survives."""
+    input:
+        lambda wildcards: expand(f"{RESULTS}/correlation/{{pair}}/prefixes/{{chunk}}.parquet",
+                                 pair=wildcards.pair, chunk=CHUNKS),
+    output:
+        prefixes=f"{RESULTS}/correlation/{{pair}}/prefixes.parquet",
+        statistics=f"{RESULTS}/correlation/{{pair}}/prompt_tau.csv",
+    params:
+        alphas=config["correlation"]["alphas"],
+    log:
+        f"{RESULTS}/logs/correlation_statistics/{{pair}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/correlation_statistics/{{pair}}.tsv"
+    threads: 1
+    resources:
+        gpu=0,
+        mem_mb=res("analysis", "mem_mb"),
+        runtime=res("analysis", "runtime"),
+    script:
+        "../scripts/correlation_statistics.py"
+
+
+rule correlation_summary:
+    """Mean per tau across prompts with bootstrap confidence intervals, for every studied pair."""
+    input:
+        expand(f"{RESULTS}/correlation/{{pair}}/prompt_tau.csv", pair=CORRELATION_PAIRS),
+    output:
+        report(
+            f"{RESULTS}/correlation/summary.csv",
+            caption="../report/correlation_summary.rst",
+            category="Correlation",
+            labels={"table": "correlation summary"},
+        ),
+    params:
+        pairs={pair: pair_labels(pair) for pair in CORRELATION_PAIRS},
+        confidence_level=config["correlation"]["confidence_level"],
+        n_resamples=config["correlation"]["n_resamples"],
+    log:
+        f"{RESULTS}/logs/correlation_summary.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/correlation_summary.tsv"
+    threads: 1
+    resources:
+        gpu=0,
+        mem_mb=res("analysis", "mem_mb"),
+        runtime=res("analysis", "runtime"),
+    script:
+        "../scripts/correlation_summary.py"

@@ -1,0 +1,109 @@
+# Best-of-N and Speculative Rejection, one job per (pair, chunk of prompts) and per shard or
+# alpha, then one merged run file per method: results/runs/<pair>/bon/n<N>.jsonl and
+# results/runs/<pair>/sr/alpha<A>.jsonl.
+
+
+rule bon_shard:
+    """One shard of bon.shard_size responses with its own seed (seed + k): the paper's one GPU job."""
+    input:
+        prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
+    output:
+        f"{RESULTS}/runs/{{pair}}/bon/shard{{k}}/{{chunk}}.jsonl",
+    params:
+        **generation_params("bon", n=config["bon"]["shard_size"], seed_offset=lambda wildcards: int(wildcards.k)),
+    log:
+        f"{RESULTS}/logs/bon_shard/{{pair}}/shard{{k}}/{{chunk}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/bon_shard/{{pair}}/shard{{k}}/{{chunk}}.tsv"
+    threads: config["resources"]["generate"]["threads"]
+    resources:
+        gpu=lambda wildcards: needs_gpu(wildcards.pair, "generate"),
+        mem_mb=res("generate", "mem_mb"),
+        runtime=res("generate", "runtime"),
+    shell:
+        GENERATE_SHELL
+
+
+rule bon_direct:
+    """Best-of-N below one shard (or without shards): one run of N responses."""
+    input:
+        prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
+    output:
+        f"{RESULTS}/runs/{{pair}}/bon/n{{n}}/{{chunk}}.jsonl",
+    params:
+        **generation_params("bon", n=lambda wildcards: int(wildcards.n)),
+    log:
+        f"{RESULTS}/logs/bon_direct/{{pair}}/n{{n}}/{{chunk}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/bon_direct/{{pair}}/n{{n}}/{{chunk}}.tsv"
+    threads: config["resources"]["generate"]["threads"]
+    resources:
+        gpu=lambda wildcards: needs_gpu(wildcards.pair, "generate"),
+        mem_mb=res("generate", "mem_mb"),
+        runtime=res("generate", "runtime"),
+    shell:
+        GENERATE_SHELL
+
+
+rule merge_bon:
+    """Bo-N: the best of shards 0..N/shard_size-1 for every prompt (or the direct run's records)."""
+    input:
+        bon_chunk_inputs,
+    output:
+        f"{RESULTS}/runs/{{pair}}/bon/n{{n}}.jsonl",
+    params:
+        shards=bon_shards,
+    log:
+        f"{RESULTS}/logs/merge_bon/{{pair}}/n{{n}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/merge_bon/{{pair}}/n{{n}}.tsv"
+    threads: 1
+    resources:
+        gpu=0,
+        mem_mb=res("analysis", "mem_mb"),
+        runtime=res("analysis", "runtime"),
+    script:
+        "../scripts/merge_runs.py"
+
+
+rule sr:
+    """Speculative Rejection at one alpha."""
+    input:
+        prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
+    output:
+        f"{RESULTS}/runs/{{pair}}/sr/alpha{{alpha}}/{{chunk}}.jsonl",
+    params:
+        **generation_params("sr", alpha=lambda wildcards: float(wildcards.alpha),
+                            decision_tokens=config["sr"]["decision_tokens"]),
+    log:
+        f"{RESULTS}/logs/sr/{{pair}}/alpha{{alpha}}/{{chunk}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/sr/{{pair}}/alpha{{alpha}}/{{chunk}}.tsv"
+    threads: config["resources"]["generate"]["threads"]
+    resources:
+        gpu=lambda wildcards: needs_gpu(wildcards.pair, "generate"),
+        mem_mb=res("generate", "mem_mb"),
+        runtime=res("generate", "runtime"),
+    shell:
+        GENERATE_SHELL
+
+
+rule merge_sr:
+    input:
+        lambda wildcards: expand(f"{RESULTS}/runs/{{pair}}/sr/alpha{{alpha}}/{{chunk}}.jsonl", pair=wildcards.pair,
+                                 alpha=wildcards.alpha, chunk=CHUNKS),
+    output:
+        f"{RESULTS}/runs/{{pair}}/sr/alpha{{alpha}}.jsonl",
+    params:
+        shards=1,
+    log:
+        f"{RESULTS}/logs/merge_sr/{{pair}}/alpha{{alpha}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/merge_sr/{{pair}}/alpha{{alpha}}.tsv"
+    threads: 1
+    resources:
+        gpu=0,
+        mem_mb=res("analysis", "mem_mb"),
+        runtime=res("analysis", "runtime"),
+    script:
+        "../scripts/merge_runs.py"

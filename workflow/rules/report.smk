@@ -1,0 +1,118 @@
+# Tables 1-2 and Figures 2-4 at stable paths, each marked for `snakemake --report`.
+
+
+rule table1:
+    input:
+        win_rates=f"{RESULTS}/evaluation/win_rates.csv",
+        failed=f"{RESULTS}/failed_prompts.csv",
+    output:
+        csv=report(f"{RESULTS}/tables/table1.csv", caption="../report/table1.rst", category="Tables",
+                   labels={"table": "Table 1"}),
+        md=f"{RESULTS}/tables/table1.md",
+        tex=f"{RESULTS}/tables/table1.tex",
+        inputs=f"{RESULTS}/tables/table1_inputs.csv",
+    params:
+        pairs=[pair_labels(p)["pair"] for p in TABLE1_PAIRS],
+    log:
+        f"{RESULTS}/logs/table1.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/table1.tsv"
+    threads: 1
+    resources:
+        gpu=0,
+        mem_mb=res("analysis", "mem_mb"),
+        runtime=res("analysis", "runtime"),
+    script:
+        "../scripts/table1.py"
+
+
+rule table2:
+    input:
+        summary=f"{RESULTS}/metrics/summary.csv",
+        failed=f"{RESULTS}/failed_prompts.csv",
+    output:
+        csv=report(f"{RESULTS}/tables/table2.csv", caption="../report/table2.rst", category="Tables",
+                   labels={"table": "Table 2"}),
+        md=f"{RESULTS}/tables/table2.md",
+        tex=f"{RESULTS}/tables/table2.tex",
+    params:
+        pairs=[pair_labels(p)["pair"] for p in TABLE2_PAIRS],
+        reward=config["tables"]["table2_reward"],
+    log:
+        f"{RESULTS}/logs/table2.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/table2.tsv"
+    threads: 1
+    resources:
+        gpu=0,
+        mem_mb=res("analysis", "mem_mb"),
+        runtime=res("analysis", "runtime"),
+    script:
+        "../scripts/table2.py"
+
+
+rule figure2:
+    input:
+        prefixes=f"{RESULTS}/correlation/{FIGURE2_PAIR}/prefixes.parquet",
+        statistics=f"{RESULTS}/correlation/{FIGURE2_PAIR}/prompt_tau.csv",
+    output:
+        png=report(f"{RESULTS}/figures/figure2.png", caption="../report/figure2.rst", category="Figures",
+                   labels={"figure": "Figure 2"}),
+        pdf=f"{RESULTS}/figures/figure2.pdf",
+    params:
+        prompt=config["figures"]["figure2"]["prompt"],
+        tau=config["figures"]["figure2"]["tau"],
+        pair=pair_labels(FIGURE2_PAIR)["pair"],
+    log:
+        f"{RESULTS}/logs/figure2.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/figure2.tsv"
+    threads: 1
+    resources:
+        gpu=0,
+        mem_mb=res("analysis", "mem_mb"),
+        runtime=res("analysis", "runtime"),
+    script:
+        "../scripts/figure2.py"
+
+
+rule figure3:
+    input:
+        f"{RESULTS}/metrics/summary.csv",
+    output:
+        png=report(f"{RESULTS}/figures/figure3.png", caption="../report/figure3.rst", category="Figures",
+                   labels={"figure": "Figure 3"}),
+        pdf=f"{RESULTS}/figures/figure3.pdf",
+    log:
+        f"{RESULTS}/logs/figure3.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/figure3.tsv"
+    threads: 1
+    resources:
+        gpu=0,
+        mem_mb=res("analysis", "mem_mb"),
+        runtime=res("analysis", "runtime"),
+    script:
+        "../scripts/figure3.py"
+
+
+rule figure4:
+    input:
+        f"{RESULTS}/correlation/{FIGURE4_PAIR}/prompt_tau.csv",
+    output:
+        png=report(f"{RESULTS}/figures/figure4.png", caption="../report/figure4.rst", category="Figures",
+                   labels={"figure": "Figure 4"}),
+        pdf=f"{RESULTS}/figures/figure4.pdf",
+    params:
+        pair=pair_labels(FIGURE4_PAIR)["pair"],
+    log:
+        f"{RESULTS}/logs/figure4.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/figure4.tsv"
+    threads: 1
+    resources:
+        gpu=0,
+        mem_mb=res("analysis", "mem_mb"),
+        runtime=res("analysis", "runtime"),
+    script:
+        "../scripts/figure4.py"

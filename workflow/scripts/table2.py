@@ -1,0 +1,29 @@
+"""Table 2 (perplexity and speedup per method and generator, under the table2_reward, the
+paper's log-prob reward) as CSV, Markdown and LaTeX, with a note on excluded prompts."""
+
+import sys
+
+import pandas as pd
+
+from analysis.tables import table2_perplexity_speedup, write_table
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
+sys.path.insert(0, snakemake.scriptdir)  # noqa: F821
+from table_notes import add_notes, failed_note  # noqa: E402
+
+params, out = snakemake.params, snakemake.output  # noqa: F821
+summary = pd.read_csv(snakemake.input.summary)  # noqa: F821
+rows = summary[summary["pair"].isin(params.pairs)]
+notes = []
+if rows.empty:
+    reason = f"not evaluated: no pair uses the reward {params.reward!r} (tables.table2_reward)"
+    rows = summary.drop_duplicates("method_label").assign(generator=summary["generator"].iloc[0],
+                                                          perplexity=float("nan"),
+                                                          speedup_vs_largest_bon=float("nan"))
+    notes.append(reason[0].upper() + reason[1:] + ".")
+table = table2_perplexity_speedup(rows)
+write_table(table, out.csv.removesuffix(".csv"))
+if notes:
+    table.assign(status=notes[0]).to_csv(out.csv)
+notes.append(failed_note(snakemake.input.failed, params.pairs))  # noqa: F821
+add_notes(out.md, out.tex, [n for n in notes if n])
