@@ -510,23 +510,88 @@ def table1_or_not_evaluated(
         return not_evaluated_table(str(error), runs)
 
 
+def table1_from_files(
+    files_by_generator: Mapping[str, Iterable[str | Path]],
+    judge: str | PairJudge | None = AUTO,
+    reference_label: str | None = None,
+    *,
+    annotations_dir: str | Path | None = None,
+    **kwargs,
+) -> pd.DataFrame:
+    """Table 1's input from trajectory files: ``{generator label: the run files of its pair}``
+    (each generator's Bo-N and SR runs under one reward), e.g. the workflow's Table 1 pairs.
+
+    Per generator, a prompt that failed in any of its runs (an error record, or no complete
+    response) is left out of every method, as ``analysis.metrics`` does for the other tables,
+    so every method is judged on the same prompts.  The ``generator`` column holds the given
+    label; with ``annotations_dir``, each generator's annotations go to a sub-folder named after
+    it.  The judge is checked once, before any judging (a local model is loaded then): when it
+    cannot run here the result is ``not_evaluated_table`` over every generator and method, with
+    ``attrs["status"]``, as from ``table1_or_not_evaluated``.  Other arguments: ``table1_inputs``.
+    """
+    records = {generator: [r for path in paths for r in load_trajectories(path)]
+               for generator, paths in files_by_generator.items()}
+    try:
+        judge = resolve_judge(judge)
+        _import_alpaca_eval()
+        _annotator_setup(judge)
+    except JudgeUnavailable as error:
+        logging.getLogger(__name__).warning("Table 1 not evaluated: %s", error)
+        labels = list(group_by_method(r for group in records.values() for r in group))
+        return not_evaluated_table(str(error), generators=list(records), method_labels=labels)
+    frames = []
+    for generator, group in records.items():
+        failed = {r["prompt_id"] for r in group if best_response_text(r) is None}
+        answered = [r for r in group if r["prompt_id"] not in failed]
+        if not answered:
+            frame = not_evaluated_table("every prompt failed in at least one run", group_by_method(group))
+        else:
+            folder = None if annotations_dir is None else Path(annotations_dir) / _slug(generator)
+            frame = table1_inputs(group_by_method(answered), reference_label, judge, annotations_dir=folder, **kwargs)
+        frames.append(frame.assign(generator=generator))
+    return pd.concat(frames, ignore_index=True).reindex(columns=TABLE1_INPUT_COLUMNS)
+
+
 def write_table1(inputs: pd.DataFrame, path_stem: str | Path, decimals: int = 1) -> list[Path]:
     """Write ``<stem>.csv/.md/.tex`` (``analysis.tables``) and ``<stem>_inputs.csv`` (every row,
-    with n, standard errors, judge and notes); the Markdown ends with the judge and any notes."""
+    with n, standard errors, judge and notes).  The CSV gets a ``status`` column per method (its
+    rows' notes, e.g. "not evaluated: <reason>", else "evaluated by <judge>"); the Markdown ends
+    with the judge and any notes, the LaTeX with the same as comments.  ``inputs`` may come back
+    from a CSV: a "not evaluated" note shared by every row stands for ``attrs["status"]``."""
     from analysis.tables import table1_win_rates, write_table
 
-    paths = write_table(table1_win_rates(inputs), path_stem, decimals)
+    table = table1_win_rates(inputs)
+    paths = write_table(table, path_stem, decimals)
+    table.assign(status=[_method_status(inputs[inputs["method_label"] == m]) for m in table.index]).to_csv(paths[0])
     details = Path(f"{path_stem}_inputs.csv")
     inputs.to_csv(details, index=False)
     judges = ", ".join(str(j) for j in inputs["judge"].dropna().unique()) or "none"
     notes = [f"- {row.generator} / {row.method_label}: {row.note}" for row in inputs.itertuples()
              if isinstance(row.note, str) and row.note and not row.note.startswith("reference")]
-    status = inputs.attrs.get("status")
+    status = inputs.attrs.get("status") or _shared_not_evaluated(inputs)
     lines = [f"\nJudge: {judges}. WR and LC-WR in percent against {_reference_of(inputs)}."]
     lines += [f"\n**{status}**"] if status else ([""] + notes if notes else [])
     with open(paths[1], "a", encoding="utf-8") as markdown:
         markdown.write("\n".join(lines) + "\n")
+    with open(paths[2], "a", encoding="utf-8") as latex:
+        latex.write("".join(f"% {line.strip().strip('*')}\n" for line in lines if line.strip()))
     return [*paths, details]
+
+
+def _method_status(rows: pd.DataFrame) -> str:
+    """One Table 1 row's status: its notes, led by "evaluated by <judge>" when it was judged."""
+    notes = [note for note in dict.fromkeys(rows["note"]) if isinstance(note, str) and note]
+    judges = [str(judge) for judge in dict.fromkeys(rows["judge"].dropna())]
+    if judges and not any(note.startswith(("not evaluated", "reference")) for note in notes):
+        notes = [f"evaluated by {', '.join(judges)}", *notes]
+    return "; ".join(notes) or "not evaluated"
+
+
+def _shared_not_evaluated(inputs: pd.DataFrame) -> str | None:
+    notes = inputs["note"].unique()
+    if len(notes) == 1 and isinstance(notes[0], str) and notes[0].startswith("not evaluated"):
+        return notes[0]
+    return None
 
 
 def _answers_by_pair(records: Iterable[dict]) -> dict[tuple, dict]:
@@ -552,10 +617,13 @@ def _reference_of(inputs: pd.DataFrame) -> str:
     return str(labels[0]) if len(labels) else "Bo-N_min"
 
 
+def _slug(text: str) -> str:
+    return re.sub(r"[^\w.=-]+", "_", text).strip("_")
+
+
 def _write_annotations(result: WinrateResult, folder: Path, generator: str, label: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r"[^\w.=-]+", "_", f"{generator}__{label}").strip("_")
-    path = folder / f"{slug}.json"
+    path = folder / f"{_slug(f'{generator}__{label}')}.json"
     annotations = result.annotations.assign(judge=result.summary["judge"])
     annotations.to_json(path, orient="records", indent=1, force_ascii=False)
     return path

@@ -243,6 +243,61 @@ def test_table1_inputs_judges_every_method_against_bo_n_min(tmp_path, no_network
     assert len(saved) == 4 and json.loads((tmp_path / "annotations" / saved[0]).read_text())[0]["judge"] == "longest"
 
 
+def write_runs(folder, runs):
+    """Each {name: records} as folder/<name>.jsonl; returns the paths."""
+    paths = []
+    for name, recs in runs.items():
+        path = folder / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        paths.append(path)
+    return paths
+
+
+@needs_alpaca_eval
+def test_table1_from_files_leaves_a_prompt_failed_anywhere_out_of_every_method(tmp_path, no_network):
+    texts = ["s"] * 3 + ["much longer"] * 3
+    files = {}
+    for model, label in (("models/a", "Gen A"), ("models/b", "Gen B")):
+        folder = tmp_path / label.replace(" ", "")
+        folder.mkdir()
+        files[label] = write_runs(folder, {
+            "bo4": records("bon", 4, ["s"] * 6, model=model),
+            "bo8": records("bon", 8, texts, model=model),
+            "sr": records("sr", 16, ["much longer"] * 6, alpha=0.5, model=model, failed=(0,)),
+        })
+    inputs = wr.table1_from_files(files, judge="longest", annotations_dir=tmp_path / "annotations")
+    assert inputs.columns.tolist() == wr.TABLE1_INPUT_COLUMNS
+    assert inputs["generator"].unique().tolist() == ["Gen A", "Gen B"]  # the given labels, not params.model
+    assert (inputs["n"] == 5).all()  # prompt 0 failed in SR only, and is left out of Bo4 and Bo8 too
+    a = inputs[inputs["generator"] == "Gen A"].set_index("method_label")
+    assert a.loc["Bo4", "win_rate"] == 50.0 and a.loc["SR α=0.5", "win_rate"] == 100.0
+    assert a.loc["Bo8", "win_rate"] == pytest.approx(100 * (3 + 2 / 2) / 5)  # 3 wins, 2 draws of the 5 left
+    assert sorted(p.name for p in (tmp_path / "annotations").iterdir()) == ["Gen_A", "Gen_B"]
+
+    inputs.to_csv(tmp_path / "win_rates.csv", index=False)  # the workflow passes it on as CSV
+    wr.write_table1(pd.read_csv(tmp_path / "win_rates.csv"), tmp_path / "table1")
+    table = pd.read_csv(tmp_path / "table1.csv", index_col=0)
+    assert table.loc["SR α=0.5", "status"].startswith("evaluated by longest")
+    assert table.loc["Bo4", "status"] == "reference: 50 by definition, not judged"
+    assert "% Judge: longest" in (tmp_path / "table1.tex").read_text()
+
+
+def test_table1_from_files_without_a_judge_is_not_evaluated(tmp_path, monkeypatch):
+    no_api_key(monkeypatch)
+    paths = write_runs(tmp_path, {"bo4": records("bon", 4, ["a", "b"]),
+                                  "sr": records("sr", 8, ["c", "d"], alpha=0.5)})
+    for judge, reason in ((None, "no judge configured"), ("gpt4_turbo", "OPENAI_API_KEY")):
+        inputs = wr.table1_from_files({"Gen A": paths}, judge=judge)
+        assert inputs[["generator", "method_label"]].values.tolist() == [["Gen A", "Bo4"], ["Gen A", "SR α=0.5"]]
+        assert inputs["win_rate"].isna().all() and inputs["note"].str.startswith("not evaluated:").all()
+        assert reason in inputs.attrs["status"]
+    inputs.to_csv(tmp_path / "win_rates.csv", index=False)
+    wr.write_table1(pd.read_csv(tmp_path / "win_rates.csv"), tmp_path / "table1")  # attrs are lost in the CSV
+    assert "**not evaluated: judge 'gpt4_turbo' needs" in (tmp_path / "table1.md").read_text()
+    table = pd.read_csv(tmp_path / "table1.csv", index_col=0)
+    assert table["status"].str.startswith("not evaluated: judge 'gpt4_turbo'").all()
+
+
 @needs_alpaca_eval
 def test_generators_with_several_rewards_get_one_row_each(no_network):
     runs = wr.group_by_method([
