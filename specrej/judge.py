@@ -28,9 +28,13 @@ from .models import load_generator
 _CHATML_TURN = re.compile(r"<\|im_start\|>([^\n]*)\n(.*?)<\|im_end\|>", re.DOTALL)
 
 
-@lru_cache(maxsize=2)
 def load_judge(model: str, dtype: str = "auto", device: str = "auto"):
     """(model, tokenizer) of a judge, loaded once per process."""
+    return _load_judge(model, dtype, device)  # positional, so every call shares one cache key
+
+
+@lru_cache(maxsize=2)
+def _load_judge(model: str, dtype: str, device: str):
     return load_generator(model, dtype=dtype, device=device)
 
 
