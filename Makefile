@@ -20,7 +20,7 @@ test: setup
 	$(BIN)/python -m pytest
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow and not cluster"
 
 demo: setup
 	$(BIN)/specrej generate --model default --reward logprob --method sr --alpha 0.5 \

@@ -130,3 +130,44 @@ class RecordWriter:
             handle.flush()
             os.fsync(handle.fileno())
         self.done.add(record["prompt_id"])
+
+
+def merge_shards(records: list[dict]) -> dict:
+    """One Best-of-N record from the records of its k shards (the same prompt, distinct seeds).
+
+    The paper runs Bo3840 as 32 GPUs x Bo120: the merged record keeps the best response over
+    the shards, and only that candidate (its id renumbered shard * shard_size + id).
+    `params.shards` = k and `timing.total_s` is the mean shard time, so shards x total_s (the
+    compute of `analysis.metrics`) is the summed shard time. A prompt that failed in any shard
+    becomes an error record naming the shards' errors.
+    """
+    first = records[0]
+    params = {**first["params"], "n": sum(r["params"]["n"] for r in records), "shards": len(records),
+              "shard_size": first["params"]["n"], "shard_seeds": [r["params"].get("seed") for r in records]}
+    base = {"prompt_id": first["prompt_id"], "prompt": first["prompt"], "method": first["method"], "params": params}
+    errors = [f"shard {k}: {r['error']}" for k, r in enumerate(records) if "error" in r]
+    if errors:
+        return {**base, "error": "; ".join(errors)}
+    answered = [(k, r) for k, r in enumerate(records) if r.get("best")]
+    best_shard, best_record = max(answered, key=lambda kr: kr[1]["best"]["score"], default=(None, None))
+    candidates, best = [], None
+    if best_record is not None:
+        offset = best_shard * params["shard_size"]
+        best = {**best_record["best"], "candidate_id": best_record["best"]["candidate_id"] + offset}
+        chosen = next(c for c in best_record["candidates"] if c["id"] == best_record["best"]["candidate_id"])
+        candidates = [{**chosen, "id": chosen["id"] + offset}]
+
+    def mean(key: str) -> float:
+        return sum(r["timing"][key] for r in records) / len(records)
+
+    return {
+        **base,
+        "best": best,
+        "candidates": candidates,
+        "num_candidates": sum(len(r["candidates"]) for r in records),
+        "rounds": [],
+        "timing": {"total_s": mean("total_s"), "generate_s": mean("generate_s"), "score_s": mean("score_s"),
+                   "shard_total_s": [r["timing"]["total_s"] for r in records]},
+        "tokens": {key: sum(r["tokens"][key] for r in records) for key in ("generated", "scored")},
+        "peak_kv_bytes": max(r["peak_kv_bytes"] for r in records),
+    }
