@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
+from workflow_checks import assert_tables_and_figures
 
 pytestmark = pytest.mark.cluster
 
@@ -243,12 +244,7 @@ def test_tiny_workflow_runs_through_slurm(slurm, generator_dir, tmp_path):
 
     # every output of `rule all` exists, and nothing is left to do
     results = tmp_path / "results"
-    for stem in ("table1", "table2"):
-        for ext in ("csv", "md", "tex"):
-            assert (results / "tables" / f"{stem}.{ext}").stat().st_size > 0
-    for stem in ("figure2", "figure3", "figure4"):
-        for ext in ("png", "pdf"):
-            assert (results / "figures" / f"{stem}.{ext}").stat().st_size > 1000
+    assert_tables_and_figures(results)
     assert (results / "correlation/summary.csv").stat().st_size > 0
     for pair in ("tiny--logprob", "tiny--letter-e"):
         for run in ("bon/n2", "bon/n4", "bon/n8", "sr/alpha0.5", "sr/alpha0.75"):

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from workflow_checks import assert_tables_and_figures
 
 pytest.importorskip("snakemake")
 
@@ -168,12 +169,7 @@ def test_tiny_run_survives_a_kill_and_produces_every_output(tmp_path, generator_
     assert snakemake(*args, "-n", cwd=tmp_path, env=env).stdout.count("Nothing to be done") == 1
 
     # 3. every table and figure, with the expected rows
-    for stem in ("table1", "table2"):
-        for ext in ("csv", "md", "tex"):
-            assert (results / "tables" / f"{stem}.{ext}").stat().st_size > 0
-    for stem in ("figure2", "figure3", "figure4"):
-        for ext in ("png", "pdf"):
-            assert (results / "figures" / f"{stem}.{ext}").stat().st_size > 1000
+    assert_tables_and_figures(results)
 
     table1 = _rows(results / "tables/table1.csv")
     assert [row["Method"] for row in table1] == METHODS
