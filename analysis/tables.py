@@ -17,7 +17,7 @@ Input contracts (one row per generator × method; ``method_label`` as made by
         log-prob reward: mean perplexity of the returned responses and compute speedup.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -67,6 +67,14 @@ def write_table(table: pd.DataFrame, path_stem: str | Path, decimals: int = 1) -
     markdown.write_text(render_markdown(table, decimals), encoding="utf-8")
     latex.write_text(render_latex(table, decimals), encoding="utf-8")
     return [csv, markdown, latex]
+
+
+def append_notes(markdown: str | Path, latex: str | Path, lines: Sequence[str]) -> None:
+    """Append lines under a written table: verbatim to the Markdown, as % comments to the LaTeX."""
+    with open(markdown, "a", encoding="utf-8") as out:
+        out.write("\n".join(lines) + "\n")
+    with open(latex, "a", encoding="utf-8") as out:
+        out.write("".join(f"% {line.strip().strip('*')}\n" for line in lines if line.strip()))
 
 
 def _by_generator(frame: pd.DataFrame, metrics: Mapping[str, str]) -> pd.DataFrame:

@@ -558,7 +558,7 @@ def write_table1(inputs: pd.DataFrame, path_stem: str | Path, decimals: int = 1)
     rows' notes, e.g. "not evaluated: <reason>", else "evaluated by <judge>"); the Markdown ends
     with the judge and any notes, the LaTeX with the same as comments.  ``inputs`` may come back
     from a CSV: a "not evaluated" note shared by every row stands for ``attrs["status"]``."""
-    from analysis.tables import table1_win_rates, write_table
+    from analysis.tables import append_notes, table1_win_rates, write_table
 
     table = table1_win_rates(inputs)
     paths = write_table(table, path_stem, decimals)
@@ -571,10 +571,7 @@ def write_table1(inputs: pd.DataFrame, path_stem: str | Path, decimals: int = 1)
     status = inputs.attrs.get("status") or _shared_not_evaluated(inputs)
     lines = [f"\nJudge: {judges}. WR and LC-WR in percent against {_reference_of(inputs)}."]
     lines += [f"\n**{status}**"] if status else ([""] + notes if notes else [])
-    with open(paths[1], "a", encoding="utf-8") as markdown:
-        markdown.write("\n".join(lines) + "\n")
-    with open(paths[2], "a", encoding="utf-8") as latex:
-        latex.write("".join(f"% {line.strip().strip('*')}\n" for line in lines if line.strip()))
+    append_notes(paths[1], paths[2], lines)
     return [*paths, details]
 
 

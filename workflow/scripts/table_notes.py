@@ -3,6 +3,8 @@ left out because they failed."""
 
 import pandas as pd
 
+from analysis.tables import append_notes
+
 
 def failed_note(failed_csv: str, pairs: list[str]) -> str:
     """One sentence naming the prompts that failed in the runs of `pairs` (empty if none)."""
@@ -17,9 +19,6 @@ def failed_note(failed_csv: str, pairs: list[str]) -> str:
 
 
 def add_notes(markdown: str, latex: str, notes: list[str]) -> None:
-    if not notes:
-        return
-    with open(markdown, "a", encoding="utf-8") as out:
-        out.write("\n" + "\n\n".join(f"*{note}*" for note in notes) + "\n")
-    with open(latex, "a", encoding="utf-8") as out:
-        out.write("".join(f"% {note}\n" for note in notes))
+    """Each note in italics under the Markdown table, as a comment under the LaTeX one."""
+    if notes:
+        append_notes(markdown, latex, [line for note in notes for line in ("", f"*{note}*")])
