@@ -14,7 +14,7 @@ from .budget import default_memory_budget, format_size, token_capacity
 from .engine import Engine, Rollout, RowOutput, SamplingParams
 from .errors import SpecrejError
 from .rewards import Response, Reward
-from .selection import num_kept
+from .selection import DEFAULT_MAX_INIT_BATCH, accepted, num_kept, rejection_cutoff
 
 
 @dataclass
@@ -25,7 +25,7 @@ class Candidate:
     token_logprobs: list[float] = field(default_factory=list)
     finished: bool = False  # ended with a stop token (EOS)
     complete: bool = False  # finished or reached max_new_tokens: nothing more will be generated
-    halted_round: int | None = None  # the round that rejected it, if any
+    halted_round: int | None = None  # the round that halted it while live (a complete response never is)
     round_scores: list[float] = field(default_factory=list)  # its score at each round it took part in
     final_score: float | None = None  # reward of the complete response
 
@@ -38,11 +38,12 @@ class Candidate:
 class Round:
     decision_token: int  # tokens generated per live row when the round was decided
     batch_before: int  # live (generating) rows before the cut
-    batch_after: int
-    ranked: int  # candidates ranked: live rows and complete responses still in the running
-    kept: int  # ceil((1 - alpha) * ranked), before the memory guard
-    cutoff: float  # lowest score kept by the alpha cut
-    memory_guard_halted: int  # extra live rows halted because the survivors still did not fit
+    batch_after: int  # live rows that go on
+    ranked: int  # the batch of eq. 3: live rows and the responses completed since the last round
+    kept: int  # ceil((1 - alpha) * ranked): the cutoff's rank
+    accepted: int  # scores >= cutoff (eq. 5): kept plus the ties at the cutoff
+    cutoff: float  # r_cut (eq. 4)
+    memory_guard_halted: int  # accepted live rows halted anyway because they did not fit the budget
 
 
 @dataclass
@@ -57,13 +58,22 @@ class Result:
     peak_kv_bytes: int
 
     @property
+    def finalists(self) -> list[Candidate]:
+        """The final set I of Algorithm 1: every completed response (a halted row never completes)."""
+        return [c for c in self.candidates if c.complete]
+
+    @property
     def best(self) -> Candidate | None:
-        """The complete, never-halted candidate with the highest final score (ties: lowest id)."""
-        finalists = [c for c in self.candidates if c.complete and c.halted_round is None]
-        return max(finalists, key=lambda c: (c.final_score, -c.id), default=None)
+        """Eq. 6: the finalist with the highest final score (ties: lowest id)."""
+        return max(self.finalists, key=lambda c: (c.final_score, -c.id), default=None)
+
+    @property
+    def worst(self) -> Candidate | None:
+        """The finalist with the lowest final score: with `best`, the reward range eq. 8 divides by."""
+        return min(self.finalists, key=lambda c: (c.final_score, c.id), default=None)
 
     def to_record(self, prompt_id) -> dict:
-        best = self.best
+        best, worst = self.best, self.worst
         candidates = []
         for c in self.candidates:
             record = asdict(c)
@@ -77,6 +87,7 @@ class Result:
             "params": self.params,
             "best": None if best is None else
             {"candidate_id": best.id, "text": best.text, "score": best.final_score, "num_tokens": best.num_tokens},
+            "worst": None if worst is None else {"candidate_id": worst.id, "score": worst.final_score},
             "candidates": candidates,
             "rounds": [asdict(r) for r in self.rounds],
             "timing": self.timing,
@@ -106,44 +117,62 @@ def best_of_n(engine: Engine, reward: Reward, prompt: str, *, n: int, batch_size
 
 def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha: float,
                           memory_budget: int | None = None, init_batch_size: int | None = None,
-                          sampling: SamplingParams = SamplingParams(), seed: int = 0, min_tokens: int = 8,
-                          decision_tokens: Iterable[int] = ()) -> Result:
-    """Speculative Rejection, Algorithm 1.
+                          max_init_batch: int = DEFAULT_MAX_INIT_BATCH, sampling: SamplingParams = SamplingParams(),
+                          seed: int = 0, min_tokens: int = 8, decision_tokens: Iterable[int] = ()) -> Result:
+    """Speculative Rejection, Algorithm 1 with eq. 3-6.
 
-    Start with b_init responses (as many as the budget holds for `min_tokens` tokens, unless
-    given) and generate until the KV cache would overflow the budget: that step is the decision
-    token. Score every response so far, complete ones included; keep the top
-    ceil((1 - alpha) * n) (`selection.num_kept`) and halt the rest; repeat until every survivor
-    is complete. The answer is `Result.best`. `decision_tokens` adds decisions at fixed lengths
-    (for studies). With alpha = 0 and b_init = N (and room for N full responses), this is
-    exactly Best-of-N.
+    b_init (unless given) is ``default_init_batch``: as many rows as the budget holds for
+    `min_tokens` tokens each, at most `max_init_batch`. Generate until the KV cache would
+    overflow the budget: that step is the decision token. Score the batch (live rows and the
+    responses completed since the last decision), cut at r_cut and keep every response scoring
+    >= r_cut (ties included); completed responses join the final set I for good. Repeat until no
+    row is live; the answer is the best of I (`Result.best`). `decision_tokens` adds decisions at
+    fixed lengths (for studies). With alpha = 0 and b_init = N this is exactly Best-of-N.
     """
-    if not 0 <= alpha < 1:
-        raise SpecrejError(f"alpha must be in [0, 1), got {alpha}")
+    check_alpha(alpha)
     decision_tokens = set(decision_tokens)
     run = _Run(engine, reward, prompt, sampling, seed)
     capacity = run.capacity(memory_budget)
-    b_init = init_batch_size or capacity // min_tokens
+    b_init = init_batch_size or default_init_batch(capacity, min_tokens, max_init_batch)
     if b_init < 1 or b_init * min_tokens > capacity:
         raise SpecrejError(f"an initial batch of {b_init} does not fit {min_tokens} tokens each in the memory "
                            f"budget ({capacity} tokens of KV); lower the batch size or raise the budget")
-    rollout = run.start(b_init, min(sampling.max_new_tokens, capacity // b_init))
+    rollout = run.start(b_init, min(sampling.max_new_tokens, capacity // b_init))  # lines 2-3
     rounds: list[Round] = []
-    while True:
-        run.generate(rollout, capacity, decision_tokens)  # until memory runs short: the decision token
+    while rollout.num_rows:  # line 4: b > 0
+        run.generate(rollout, capacity, decision_tokens)  # line 5: until memory runs short
         if not rollout.num_rows:
             break
-        ranked = run.rank(rollout)  # every response so far, complete ones included, best first
-        kept = num_kept(len(ranked), alpha)  # the alpha-quantile cut
-        survivors = [c for c in ranked[:kept] if not c.complete]
-        # memory guard: if alpha freed too little, the lowest survivors that cannot take one more token go too
-        guard = survivors[capacity // (rollout.length + 1):] if rollout.needs_room else []
-        rounds.append(Round(decision_token=rollout.length, batch_before=rollout.num_rows,
-                            batch_after=len(survivors) - len(guard), ranked=len(ranked), kept=kept,
-                            cutoff=ranked[kept - 1].round_scores[-1], memory_guard_halted=len(guard)))
-        run.halt(rollout, ranked[kept:] + guard, round_index=len(rounds) - 1)
-    return run.finish("sr", {"alpha": alpha, "init_batch_size": b_init, "min_tokens": min_tokens,
-                             "decision_tokens": sorted(decision_tokens)}, rounds)
+        batch = run.score_batch(rollout)  # line 6, eq. 3: live rows and newly completed responses
+        scores = [c.round_scores[-1] for c in batch]
+        cutoff = rejection_cutoff(scores, alpha)  # eq. 4
+        keep = accepted(scores, alpha)  # eq. 5: every score >= r_cut, ties included
+        going_on = [c for c, ok in zip(batch, keep) if ok and not c.complete]
+        # line 7: completed responses are already in I. Memory guard: if the cut freed too little,
+        # the lowest-scoring survivors that cannot take one more token are halted too.
+        guard = going_on[capacity // (rollout.length + 1):] if rollout.needs_room else []
+        going_on = going_on[:len(going_on) - len(guard)]
+        rounds.append(Round(decision_token=rollout.length, batch_before=rollout.num_rows, batch_after=len(going_on),
+                            ranked=len(batch), kept=num_kept(len(batch), alpha),
+                            accepted=sum(keep), cutoff=cutoff,
+                            memory_guard_halted=len(guard)))
+        going_on_ids = {c.id for c in going_on}
+        run.halt(rollout, [c for c in batch if not c.complete and c.id not in going_on_ids], len(rounds) - 1)
+    return run.finish("sr", {"alpha": alpha, "init_batch_size": b_init, "max_init_batch": max_init_batch,
+                             "min_tokens": min_tokens, "decision_tokens": sorted(decision_tokens)}, rounds)
+
+
+def default_init_batch(capacity: int, min_tokens: int, max_init_batch: int = DEFAULT_MAX_INIT_BATCH) -> int:
+    """b_init of Algorithm 1, line 2: the rows whose first `min_tokens` tokens fit the budget,
+    capped at `max_init_batch`. The official code starts from at most 1000 rows with at least 8
+    tokens before the first cut; without the cap an 80 GB GPU would start tens of thousands of
+    rows and cut them at token 8, where partial rewards predict least."""
+    return min(max_init_batch, capacity // min_tokens)
+
+
+def check_alpha(alpha: float) -> None:
+    if not 0 <= alpha < 1:
+        raise SpecrejError(f"alpha must be in [0, 1), got {alpha}")
 
 
 class _Run:
@@ -199,26 +228,26 @@ class _Run:
         self.decided_at.add(rollout.length)
         self.generate_s += time.perf_counter() - tic
 
-    def rank(self, rollout: Rollout) -> list[Candidate]:
-        """Score every candidate still in the running (partial or complete), best first."""
+    def score_batch(self, rollout: Rollout) -> list[Candidate]:
+        """Score the round's batch, best first: the live rows' partial responses and the responses
+        completed since the last round (their partial score is their final score, eq. 3)."""
         self._update(rollout.partial_outputs(), complete=False)
-        alive = [c for c in self.candidates if c.halted_round is None]
-        self._score_final([c for c in alive if c.complete and c.final_score is None])
-        partial = [c for c in alive if not c.complete]
-        for c, s in zip(partial, self._score(partial)):
+        completed = [c for c in self.candidates if c.complete and c.final_score is None]
+        self._score_final(completed)
+        live = [self.candidates[i] for i in rollout.candidate_ids.tolist()]
+        for c, s in zip(live, self._score(live)):
             c.round_scores.append(s)
-        for c in alive:
-            if c.complete:
-                c.round_scores.append(c.final_score)
-        return sorted(alive, key=lambda c: (-c.round_scores[-1], c.id))
+        for c in completed:
+            c.round_scores.append(c.final_score)
+        return sorted(live + completed, key=lambda c: (-c.round_scores[-1], c.id))
 
     def halt(self, rollout: Rollout, candidates: Sequence[Candidate], round_index: int) -> None:
         for c in candidates:
             c.halted_round = round_index
-        rollout.halt(c.id for c in candidates if not c.complete)
+        rollout.halt(c.id for c in candidates)
 
     def finish(self, method: str, params: dict, rounds: Sequence[Round] = ()) -> Result:
-        self._score_final([c for c in self.candidates if c.complete and c.halted_round is None and c.final_score is None])
+        self._score_final([c for c in self.candidates if c.complete and c.final_score is None])
         params = {**params, "memory_budget": self.budget, "seed": self.seed, **asdict(self.sampling)}
         return Result(
             prompt=self.prompt, method=method, params=params, candidates=self.candidates, rounds=list(rounds),

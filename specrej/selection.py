@@ -1,12 +1,32 @@
-"""The rejection rule shared by the engine and the analysis (no torch: `analysis` imports it)."""
+"""The rejection rule of eq. 4-5, shared by the engine and the analysis (no torch: `analysis`
+imports it), so both give the same set on the same scores."""
 
 import math
+from collections.abc import Sequence
+
+# The official code's cap on SR's initial batch (speculative_rejection.py: min(..., 1000)).
+DEFAULT_MAX_INIT_BATCH = 1000
 
 
 def num_kept(n: int, alpha: float) -> int:
-    """Candidates an alpha cut keeps: ceil((1 - alpha) * n), at least one.
+    """Rank of the cutoff among n scores: ceil((1 - alpha) * n), at least one.
 
     The product is rounded to 9 decimals first: (1 - 0.7) * 10 is 3.0000000000000004 in
     floating point, and a bare ceil would keep 4.
     """
     return max(1, math.ceil(round((1.0 - alpha) * n, 9)))
+
+
+def rejection_cutoff(scores: Sequence[float], alpha: float) -> float:
+    """r_cut of eq. 4, the alpha lower quantile of the partial scores: the ``num_kept``-th
+    highest score, so that at least ceil((1 - alpha) * n) scores are at or above it."""
+    if not scores:
+        raise ValueError("no scores to cut")
+    return sorted(scores, reverse=True)[num_kept(len(scores), alpha) - 1]
+
+
+def accepted(scores: Sequence[float], alpha: float) -> list[bool]:
+    """Eq. 5: a response goes on when its score is >= r_cut. Ties at the cutoff are all kept,
+    so more than ceil((1 - alpha) * n) may go on, and the set never depends on row order."""
+    cutoff = rejection_cutoff(scores, alpha)
+    return [score >= cutoff for score in scores]

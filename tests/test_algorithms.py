@@ -3,13 +3,13 @@
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
 from specrej import (CallableReward, LogProbReward, SamplingParams, SpecrejError, best_of_n, load_reward,
                      speculative_rejection)
 from specrej.budget import token_capacity
-from specrej.selection import num_kept
 
 PROMPT = "Write a poem about the sea."
 SAMPLING = SamplingParams(max_new_tokens=24)
@@ -38,27 +38,102 @@ def test_best_of_n_returns_the_highest_scoring_complete_response(engine):
     assert result.tokens["generated"] >= sum(c.num_tokens for c in result.candidates)
 
 
+def round_batch(result, r):
+    """The candidates scored at round r and their scores: a live row's score at round r is
+    round_scores[r]; a response completed since round r - 1 gets its final score there."""
+    batch = [c for c in result.candidates if len(c.round_scores) > r]
+    return batch, [c.round_scores[r] for c in batch]
+
+
+class TokenCountReward:
+    """A reward of the response's token count through `fn`: its ranking is known in advance."""
+
+    def __init__(self, fn):
+        self.name, self.fn = "token-count", fn
+
+    def score(self, prompt, responses):
+        return [float(self.fn(len(r.token_ids))) for r in responses]
+
+
+def peak_at_8(n):
+    """Rises up to 8 tokens, then falls: at a decision at token 8 every live row outscores the
+    responses completed earlier (8 > n), yet every one of them ends below them (-n, n > 8)."""
+    return n if n <= 8 else -n
+
+
+def completed_by(c, round_) -> bool:
+    """Whether c had completed when round_ was decided (a live row then had decision_token tokens)."""
+    return c.complete and c.num_tokens < round_.decision_token
+
+
 @pytest.mark.parametrize("alpha", [0.05, 0.3, 0.5, 0.9])
-def test_rounds_keep_ceil_one_minus_alpha_and_stay_within_budget(engine, alpha):
+def test_rounds_cut_at_eq4_keep_eq5_and_stay_within_budget(engine, alpha):
     prompt_len = len(engine.encode_prompt(PROMPT))
     budget = engine.kv_bytes_per_token * (prompt_len + 600)
     result = speculative_rejection(engine, load_reward("python:toy_rewards:letter_e"), PROMPT, alpha=alpha,
                                    memory_budget=budget, sampling=SAMPLING, min_tokens=4)
     capacity = token_capacity(budget, engine.kv_bytes_per_token, prompt_len, len(engine.layers))
-    assert result.params["init_batch_size"] == capacity // 4
+    assert result.params["init_batch_size"] == min(1000, capacity // 4)
     assert result.rounds, "a budget this small must force decisions"
-    for number, r in enumerate(result.rounds):
-        assert r.kept == num_kept(r.ranked, alpha)
-        assert r.batch_after * (r.decision_token + 1) <= capacity  # survivors fit one more token
-        halted = [c for c in result.candidates if c.halted_round == number]
-        assert len(halted) == r.ranked - r.kept + r.memory_guard_halted
-        # the alpha cut halts scores at or below the cutoff; only the memory guard halts better ones
-        assert sum(c.round_scores[-1] > r.cutoff for c in halted) <= r.memory_guard_halted
+    for r, round_ in enumerate(result.rounds):
+        batch, scores = round_batch(result, r)
+        # eq. 4 by hand: the alpha lower quantile is the ceil((1 - alpha) n)-th highest score
+        assert round_.cutoff == sorted(scores, reverse=True)[math.ceil((1 - alpha) * len(scores) - 1e-9) - 1]
+        below = {c.id for c, s in zip(batch, scores) if s < round_.cutoff and not completed_by(c, round_)}
+        halted = {c.id: c.round_scores[r] for c in result.candidates if c.halted_round == r}
+        guard = {i for i, s in halted.items() if s >= round_.cutoff}
+        assert below <= set(halted) and set(halted) - below == guard  # eq. 5 halts exactly the scores below r_cut
+        assert len(guard) == round_.memory_guard_halted
+        going_on = [s for c, s in zip(batch, scores) if not completed_by(c, round_) and c.id not in halted]
+        assert len(going_on) == round_.batch_after
+        assert not guard or min(going_on) >= max(halted[i] for i in guard)  # the guard halts the lowest
+        assert round_.batch_after * (round_.decision_token + 1) <= capacity  # survivors fit one more token
     assert result.rounds[0].decision_token >= 4  # min_tokens before the first rejection
     if alpha == 0.05:  # halting 5% frees too little memory: the guard must halt more
         assert any(r.memory_guard_halted for r in result.rounds)
     assert 0 < result.peak_kv_bytes <= budget
-    assert result.best is not None and result.best.halted_round is None and result.best.complete
+    assert result.best.complete and result.best.final_score == max(c.final_score for c in result.finalists)
+
+
+def test_a_response_completed_early_stays_a_finalist_and_wins(engine, monkeypatch):
+    """Algorithm 1, line 7 and eq. 6: a completed response is in the final set for good, even
+    when it scores below a later cut. Until the decision at token 8 many tokens stop a row; from
+    the decision on none does, so every live row runs to 24 tokens. With `peak_at_8` the live
+    rows (8 tokens) outscore every response completed before (< 8 tokens) at the cut, and end
+    below all of them (-24)."""
+    monkeypatch.setattr(engine, "stop_token_ids", torch.arange(0, 400, 16))
+
+    class StopsEndAtTheDecision(TokenCountReward):
+        def score(self, prompt, responses):
+            engine.stop_token_ids = torch.tensor([], dtype=torch.long)
+            return super().score(prompt, responses)
+
+    result = speculative_rejection(engine, StopsEndAtTheDecision(peak_at_8), PROMPT, alpha=0.5, init_batch_size=32,
+                                   memory_budget=BIG, sampling=SAMPLING, decision_tokens=[8])
+    cut = result.rounds[0]
+    early = [c for c in result.candidates if c.num_tokens < 8]
+    assert early and cut.batch_before > len(early), "some rows must stop before token 8 and most run on"
+    assert all(c.complete and c.final_score < cut.cutoff for c in early)  # below the cut ...
+    assert result.best.final_score == max(c.num_tokens for c in early)  # ... and the best of them wins
+    assert result.best in early and result.best.halted_round is None
+
+
+def test_ties_at_the_cutoff_are_all_kept_and_analysis_agrees(engine):
+    from analysis.correlation import best_survives
+
+    alpha = 0.7
+    result = speculative_rejection(engine, TokenCountReward(lambda n: n // 4), PROMPT, alpha=alpha,
+                                   init_batch_size=20, memory_budget=BIG, sampling=SAMPLING, decision_tokens=[5])
+    batch, scores = round_batch(result, 0)
+    cut = result.rounds[0]
+    kept_by_hand = {c.id for c, s in zip(batch, scores) if s >= cut.cutoff}
+    assert cut.accepted == len(kept_by_hand) > cut.kept == math.ceil(0.3 * len(batch)), "ties must exist"
+    live = {c.id for c in batch if not completed_by(c, cut)}
+    assert {i for i in live if result.candidates[i].halted_round != 0} == kept_by_hand & live
+    # the analysis' best-survives check runs the same rule: a tied candidate at the cutoff survives
+    tied = next(c for c, s in zip(batch, scores) if s == cut.cutoff)
+    final = np.array([1.0 if c.id == tied.id else 0.0 for c in batch])
+    assert best_survives(np.array(scores), final, alpha)
 
 
 def test_decisions_at_scheduled_tokens_record_every_score(engine):
@@ -66,10 +141,13 @@ def test_decisions_at_scheduled_tokens_record_every_score(engine):
                                    init_batch_size=16, memory_budget=BIG, sampling=SAMPLING,
                                    decision_tokens=[4, 8])
     assert [r.decision_token for r in result.rounds] == [4, 8]
-    assert [r.batch_before for r in result.rounds][0] <= 16
+    completed_before = sum(completed_by(c, result.rounds[0]) for c in result.candidates)
+    assert result.rounds[0].batch_before + completed_before == 16 == result.rounds[0].ranked
     for c in result.candidates:
-        rounds_in = len(result.rounds) if c.halted_round is None else c.halted_round + 1
-        assert len(c.round_scores) == rounds_in
+        if c.halted_round is not None:
+            assert len(c.round_scores) == c.halted_round + 1 and not c.complete
+        elif c.round_scores and completed_by(c, result.rounds[len(c.round_scores) - 1]):
+            assert c.round_scores[-1] == c.final_score  # scored once complete, in the next round's batch
 
 
 def test_logprob_reward_equals_an_independent_forward_pass(engine):
