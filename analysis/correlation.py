@@ -8,7 +8,8 @@ where ``partial_score`` is the reward of the first ``tau`` generated tokens, ``f
 the reward of the full response and ``num_tokens`` the full response length in tokens.
 
 Each (prompt_id, tau) group is one scatter plot of the paper's Figure 2.  For it we report
-rank and linear agreement (Pearson r, Kendall tau-b, OLS), the oracle cutoff c* and the
+rank and linear agreement (Pearson r, Kendall tau-a as defined in Appendix B, with tau-b
+beside it, OLS), the oracle cutoff c* and the
 tokens an oracle early stop would save, and whether a quantile cut at ``tau`` — the
 decision Speculative Rejection makes — keeps the candidate that ends up best.
 """
@@ -22,7 +23,7 @@ import statsmodels.api as sm
 from scipy import stats
 
 from analysis._columns import require_columns
-from specrej.selection import num_kept  # the engine's own rule, so the two agree
+from specrej.selection import accepted  # the engine's own rule, so the two agree
 
 PREFIX_COLUMNS = (
     "prompt_id",
@@ -50,7 +51,7 @@ def prompt_tau_statistics(
 
     Output columns:
         prompt_id, tau, n             — the group and its number of candidates
-        pearson, kendall              — Pearson r and Kendall tau-b of partial vs final
+        pearson, kendall, kendall_b   — Pearson r, Kendall tau-a (Appendix B) and tau-b
         ols_slope, ols_r2             — OLS of final on partial (with intercept)
         oracle_cutoff                 — c*, see ``oracle_cutoff``
         tokens_saved_frac             — see ``tokens_saved_fraction``
@@ -66,7 +67,7 @@ def prompt_tau_statistics(
         for (prompt_id, tau), group in prefixes.groupby(["prompt_id", "tau"], sort=True)
     ]
     columns = [
-        "prompt_id", "tau", "n", "pearson", "kendall", "ols_slope", "ols_r2",
+        "prompt_id", "tau", "n", "pearson", "kendall", "kendall_b", "ols_slope", "ols_r2",
         "oracle_cutoff", "tokens_saved_frac", *map(survives_column, alphas),
     ]
     return pd.DataFrame(rows, columns=columns)
@@ -89,16 +90,42 @@ def group_statistics(group: pd.DataFrame, alphas: Sequence[float] = DEFAULT_ALPH
 
 
 def correlations(partial: np.ndarray, final: np.ndarray) -> dict[str, float]:
-    """Pearson r, Kendall tau-b, OLS slope and R² of ``final`` on ``partial``; NaN if degenerate."""
+    """Pearson r, Kendall tau-a (``kendall``) and tau-b (``kendall_b``), OLS slope and R² of
+    ``final`` on ``partial``; NaN if degenerate."""
     if not _is_informative(partial, final):
-        return dict.fromkeys(["pearson", "kendall", "ols_slope", "ols_r2"], math.nan)
+        return dict.fromkeys(["pearson", "kendall", "kendall_b", "ols_slope", "ols_r2"], math.nan)
     ols = _fit_ols(partial, final)
+    tau_b = float(stats.kendalltau(partial, final, variant="b").statistic)
     return {
         "pearson": float(stats.pearsonr(partial, final).statistic),
-        "kendall": float(stats.kendalltau(partial, final, variant="b").statistic),
+        "kendall": kendall_tau_a(partial, final, tau_b),
+        "kendall_b": tau_b,
         "ols_slope": float(ols.params[1]),
         "ols_r2": float(ols.rsquared),
     }
+
+
+def kendall_tau_a(x: np.ndarray, y: np.ndarray, tau_b: float | None = None) -> float:
+    """Kendall's tau-a, the paper's Appendix B: 2 / (N(N-1)) · Σ_{i<j} sgn(x_i-x_j) sgn(y_i-y_j).
+
+    Unlike tau-b it is not corrected for ties, so tied partial rewards (e.g. identical
+    prefixes) pull it towards 0.  It is derived from scipy's O(N log N) tau-b:
+    tau_b = (C - D) / sqrt((n0 - n1)(n0 - n2)) with n0 = N(N-1)/2 pairs and n1, n2 the pairs
+    tied in x and in y, so C - D = tau_b · sqrt((n0 - n1)(n0 - n2)) and tau_a = (C - D) / n0.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if tau_b is None:
+        tau_b = float(stats.kendalltau(x, y, variant="b").statistic)
+    n0 = len(x) * (len(x) - 1) / 2
+    if n0 == 0 or not np.isfinite(tau_b):
+        return math.nan
+    return float(tau_b * math.sqrt((n0 - _tied_pairs(x)) * (n0 - _tied_pairs(y))) / n0)
+
+
+def _tied_pairs(values: np.ndarray) -> float:
+    """Number of pairs i < j with values[i] == values[j]."""
+    counts = np.unique(values, return_counts=True)[1].astype(float)
+    return float((counts * (counts - 1) / 2).sum())
 
 
 def ols_band(
@@ -160,14 +187,12 @@ def tokens_saved_fraction(
 
 
 def best_survives(partial: np.ndarray, final: np.ndarray, alpha: float) -> bool:
-    """Whether the α-quantile cut on partial scores keeps a candidate with the best final score.
+    """Whether the cut of eq. 4-5 on partial scores keeps a candidate with the best final score.
 
-    The cut keeps the top ``num_kept(n, alpha)`` candidates by partial score; candidates tied
-    with the last kept one are all kept too, so the decision never depends on row order.
+    The rule is the engine's own (`specrej.selection.accepted`): every candidate scoring at or
+    above r_cut goes on, ties included, so both give the same set on the same scores.
     """
-    k = num_kept(len(partial), alpha)
-    threshold = np.sort(partial)[::-1][k - 1]
-    kept = partial >= threshold
+    kept = np.asarray(accepted(list(partial), alpha))
     return bool(np.any(kept & (final == np.max(final))))
 
 
@@ -179,14 +204,16 @@ def summarize_by_tau(
 ) -> pd.DataFrame:
     """Mean across prompts, per tau, with percentile-bootstrap confidence intervals.
 
-    Input: the output of ``prompt_tau_statistics``.  Summarised metrics: pearson, kendall,
-    tokens_saved_frac and every best_survives_alpha_<a> column (as a rate in [0, 1]).
+    Input: the output of ``prompt_tau_statistics``.  Summarised metrics: pearson, kendall
+    (tau-a), kendall_b (tau-b, when present), tokens_saved_frac and every
+    best_survives_alpha_<a> column (as a rate in [0, 1]).
     Output, one row per (tau, metric): tau, metric, mean, ci_low, ci_high, n_prompts.
     NaN values (degenerate prompts) are dropped first; ``n_prompts`` counts what is left.
     The percentile method is used because BCa fails on constant samples, which survival
     indicators often are.
     """
-    metrics = ["pearson", "kendall", "tokens_saved_frac"] + [
+    metrics = ["pearson", "kendall", *(["kendall_b"] if "kendall_b" in statistics.columns else []),
+               "tokens_saved_frac"] + [
         column for column in statistics.columns if column.startswith("best_survives_alpha_")
     ]
     require_columns(statistics, ["tau", *metrics], "prompt/tau statistics")

@@ -24,7 +24,9 @@ BON_COLOR, SR_COLOR, BEST_COLOR = "#fc8d62", "#66c2a5", "red"
 PARTIAL_LABEL, FINAL_LABEL = "Partial reward (first τ tokens)", "Final reward"
 COMPUTE_LABEL, IMPROVEMENT_LABEL = "Relative compute", "Improvement score"
 TAU_LABEL = "τ (generated tokens)"
-CORRELATION_LABELS = {"pearson": "Pearson $r$", "kendall": r"Kendall $\tau_b$"}
+CORRELATION_LABELS = {"pearson": "Pearson $r$", "kendall": r"Kendall $\tau_a$"}
+# Zero-spread prompts named in a Figure 3 panel's footnote before "and k more".
+MAX_NAMED_PROMPTS = 12
 
 
 def save_figure(figure: Figure, path_stem: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
@@ -79,7 +81,10 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
     Input: ``analysis.metrics.method_summary`` output, i.e. columns method, n, alpha,
     relative_compute, improvement, and ``panel_column`` (e.g. ``pair`` = generator / reward)
     if there is more than one panel; without that column everything goes in one panel.
-    BoN points are labelled by N, SR points by alpha.
+    BoN points are labelled by N, SR points by alpha.  With the columns improvement_lo/hi
+    and relative_compute_lo/hi every point gets error bars on both axes (the bootstrap
+    intervals); with n_prompts_improvement and zero_spread_prompts a panel whose improvement
+    leaves out prompts (Bo-N_min's rewards did not spread) names them under its axes.
     """
     require_columns(summary, ["method", "n", "alpha", "relative_compute", "improvement"], "method summary")
     panels = summary[panel_column].unique() if panel_column in summary.columns else [None]
@@ -97,15 +102,36 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
         if panel is not None:
             axes.set_title(str(panel))
         axes.legend(loc="lower right", fontsize="small")
+        note = zero_spread_note(points)
+        if note:
+            axes.text(0.0, -0.16, note, transform=axes.transAxes, va="top", fontsize="x-small", wrap=True)
     return figure
 
 
+def zero_spread_note(summary: pd.DataFrame, max_named: int = MAX_NAMED_PROMPTS) -> str:
+    """The sentence naming the prompts left out of one group's improvement score ("" if none).
+
+    Eq. 8 divides by Bo-N_min's reward range on the prompt, so a prompt whose Bo-N_min
+    candidates all scored the same (or whose range is unknown) has no improvement score.
+    """
+    if not {"zero_spread_prompts", "n_prompts_improvement", "n_prompts"} <= set(summary.columns):
+        return ""
+    names = sorted({name for cell in summary["zero_spread_prompts"].dropna().astype(str)
+                    for name in cell.split(",") if name})
+    if not names:
+        return ""
+    shown = ", ".join(names[:max_named]) + (f" and {len(names) - max_named} more" if len(names) > max_named else "")
+    used, total = int(summary["n_prompts_improvement"].min()), int(summary["n_prompts"].max())
+    return (f"Improvement over {used} of {total} prompts; left out, as Bo-N_min's rewards did not "
+            f"spread: {shown}.")
+
+
 def figure4_correlation_distributions(statistics: pd.DataFrame) -> Figure:
-    """Figure 4: distribution across prompts of Pearson r (left) and Kendall τ_b (right) per tau.
+    """Figure 4: distribution across prompts of Pearson r (left) and Kendall τ_a (right) per tau.
 
     Input: ``analysis.correlation.prompt_tau_statistics`` output (columns tau, pearson,
-    kendall).  Each tau gets a box plot with the individual prompts overlaid; degenerate
-    prompts (NaN) are left out.
+    kendall — tau-a, the paper's Appendix B definition).  Each tau gets a box plot with the
+    individual prompts overlaid; degenerate prompts (NaN) are left out.
     """
     require_columns(statistics, ["tau", *CORRELATION_LABELS], "prompt/tau statistics")
     with sns.axes_style(STYLE):
@@ -143,6 +169,20 @@ def _draw_boxes_with_points(axes: Axes, values: pd.DataFrame, metric: str) -> No
     sns.stripplot(data=values, x="tau", y=metric, order=taus, ax=axes, color="0.25", size=3, alpha=0.6, jitter=0.2)
 
 
+def _error_bar(points: pd.DataFrame, column: str) -> np.ndarray | None:
+    """(2, n) distances from each point to its <column>_lo / _hi interval ends, None without them.
+
+    Clipped at 0: a percentile interval need not contain the point estimate, and matplotlib
+    rejects negative lengths; a missing end draws no bar on that side.
+    """
+    if not {f"{column}_lo", f"{column}_hi"} <= set(points.columns):
+        return None
+    value = points[column].to_numpy(dtype=float)
+    lengths = np.stack([value - points[f"{column}_lo"].to_numpy(dtype=float),
+                        points[f"{column}_hi"].to_numpy(dtype=float) - value])
+    return np.clip(np.nan_to_num(lengths, nan=0.0), 0.0, None)
+
+
 def _use_plain_log_x(axes: Axes) -> None:
     """Log-scaled x ticked at powers of two and written 0.5, 1, 2, …, as compute ratios are read."""
     axes.set_xscale("log", base=2)
@@ -165,6 +205,7 @@ def _draw_labelled_curve(axes: Axes, points: pd.DataFrame, name: str, color: str
     if points.empty:
         return
     x, y = points["relative_compute"].to_numpy(), points["improvement"].to_numpy()
-    axes.plot(x, y, marker="o", linestyle="--", color=color, label=name)
+    axes.errorbar(x, y, xerr=_error_bar(points, "relative_compute"), yerr=_error_bar(points, "improvement"),
+                  marker="o", linestyle="--", color=color, label=name, capsize=2, elinewidth=0.8)
     for label, xy in zip(labels, zip(x, y, strict=True), strict=True):
         axes.annotate(label, xy, textcoords="offset points", xytext=(4, -10), fontsize="x-small")

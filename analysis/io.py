@@ -5,6 +5,7 @@ A trajectory record is one JSON object per line, one per prompt:
     prompt_id, prompt, method ("bon" | "sr"),
     params {model, reward, seed, ...; BoN: n, batch_size; SR: alpha, init_batch_size, ...},
     best {candidate_id, text, score, num_tokens} (null when no response completed),
+    worst {candidate_id, score} (lowest final score among complete candidates; newer records),
     candidates [{id, text, token_ids, token_logprobs, num_tokens, finished, final_score,
                  halted_round, round_scores, ...}],
     rounds [{decision_token, batch_before, batch_after, cutoff, ...}],
@@ -24,12 +25,13 @@ import pandas as pd
 from analysis._columns import require_columns
 from analysis.correlation import PREFIX_COLUMNS
 from analysis.metrics import perplexity
+from specrej.io import read_records  # torch-free
 
 
 def load_trajectories(path: str | Path) -> list[dict]:
-    """All records of a trajectory JSONL file, in file order; blank lines are skipped."""
-    with open(path, encoding="utf-8") as lines:
-        return [json.loads(line) for line in lines if line.strip()]
+    """All records of a trajectory JSONL file, in file order (``specrej.io.read_records``: a
+    file holding a prompt twice is refused, so no prompt can count twice in a metric)."""
+    return read_records(path)
 
 
 def load_prefix_table(path: str | Path) -> pd.DataFrame:
@@ -46,9 +48,18 @@ def best_responses_frame(records: Iterable[dict]) -> pd.DataFrame:
     when the record has no ``n``), alpha (NaN for BoN), batch_size, seed, generator
     (``params["model"]``), reward, pair ("<generator> / <reward>"), shards
     (``params["shards"]``, default 1: the engine runs BoN batches one after another, so
-    ``time_s`` already sums them), score, num_tokens (of the best response), time_s,
-    generate_s, score_s, tokens_generated, tokens_scored, peak_kv_bytes, num_rounds and
-    perplexity (of the best response; NaN when its token_logprobs were not recorded).
+    ``time_s`` already sums them), score, worst_score (the lowest final score among the
+    record's complete candidates: ``worst["score"]``, or for older records without ``worst``
+    the minimum over candidates with a final score; eq. 8 normalises by Bo-N_min's
+    score − worst_score), num_tokens (of the best response), time_s,
+    generate_s, score_s, tokens_generated, tokens_scored, peak_kv_bytes, num_rounds,
+    perplexity (of the best response; NaN when its token_logprobs were not recorded),
+    num_candidates (candidates the run sampled: ``num_candidates`` of a record merged from
+    shards, which keeps only the chosen candidate, else the number of candidates; BoN runs
+    each to completion, so tokens_generated / num_candidates is its mean response length in
+    sampled tokens), and for SR init_batch_size, min_tokens (``params``) and
+    first_decision_token (``rounds[0]["decision_token"]``: where the first rejection came),
+    NaN for BoN or when not recorded.
     Records that failed or have no best response are left out; ``failed_prompts`` lists them.
     """
     return pd.DataFrame([_best_response_row(record) for record in records if _answered(record)])
@@ -79,12 +90,27 @@ def best_candidate(record: dict) -> dict | None:
     return max(finalists, key=lambda candidate: candidate["final_score"], default=None)
 
 
+def worst_score(record: dict) -> float:
+    """Lowest final score among the record's complete candidates; NaN when there is none.
+
+    ``record["worst"]["score"]`` when the engine wrote it — a record merged from BoN shards
+    (``specrej.io.merge_shards``) keeps only the chosen candidate but the minimum over all
+    shards there — else computed from the candidates of older records.
+    """
+    recorded = (record.get("worst") or {}).get("score")
+    if recorded is not None:
+        return float(recorded)
+    scores = [c["final_score"] for c in record.get("candidates", []) if c.get("final_score") is not None]
+    return float(min(scores)) if scores else math.nan
+
+
 def _answered(record: dict) -> bool:
     return "error" not in record and record.get("best") is not None
 
 
 def _best_response_row(record: dict) -> dict:
     params, timing, tokens = record["params"], record.get("timing", {}), record.get("tokens", {})
+    rounds = record.get("rounds") or []
     best = best_candidate(record)
     logprobs = best.get("token_logprobs") if best else None
     generator, reward = params.get("model"), params.get("reward")
@@ -100,6 +126,7 @@ def _best_response_row(record: dict) -> dict:
         "pair": f"{generator} / {reward}",
         "shards": params.get("shards", 1),
         "score": record["best"]["score"],
+        "worst_score": worst_score(record),
         "num_tokens": record["best"]["num_tokens"],
         "time_s": timing.get("total_s", math.nan),
         "generate_s": timing.get("generate_s", math.nan),
@@ -107,6 +134,10 @@ def _best_response_row(record: dict) -> dict:
         "tokens_generated": tokens.get("generated"),
         "tokens_scored": tokens.get("scored"),
         "peak_kv_bytes": record.get("peak_kv_bytes"),
-        "num_rounds": len(record.get("rounds", [])),
+        "num_rounds": len(rounds),
         "perplexity": perplexity(logprobs) if logprobs else math.nan,
+        "num_candidates": record.get("num_candidates", len(record.get("candidates", []))),
+        "init_batch_size": params.get("init_batch_size", math.nan),
+        "min_tokens": params.get("min_tokens", math.nan),
+        "first_decision_token": rounds[0].get("decision_token", math.nan) if rounds else math.nan,
     }

@@ -1,30 +1,38 @@
-"""Paper §5 metrics: improvement score, relative compute, speedup, BoN-equivalent compute,
-perplexity (Figure 3 and Table 2).
+"""Paper §5 metrics: improvement score (eq. 8), relative compute and speedup (eq. 7),
+BoN-equivalent compute, perplexity (Figure 3 and Table 2), each with a prompt-level paired
+bootstrap confidence interval.
 
 Most functions take a *runs* frame, one row per (configuration, prompt):
 
-    method      "bon" | "sr"
-    n           number of candidates (Best-of-N's N; Speculative Rejection's initial batch)
-    alpha       SR rejection rate; NaN for BoN
-    prompt_id   the prompt
-    score       reward of the response the method returned for this prompt
-    time_s      wall-clock seconds spent on this prompt
-    shards      optional, default 1: devices that ran in parallel during ``time_s``
-                (the paper's GPU count — Bo3840 as 32 parallel Bo120 shards has shards=32).
-                Shards run one after another on one device are already summed in ``time_s``
-                and must keep shards=1.
-    perplexity  optional: perplexity of the returned response (see ``perplexity``)
+    method       "bon" | "sr"
+    n            number of candidates (Best-of-N's N; Speculative Rejection's initial batch)
+    alpha        SR rejection rate; NaN for BoN
+    prompt_id    the prompt
+    score        reward of the response the method returned for this prompt
+    worst_score  lowest final reward among the configuration's complete candidates for this
+                 prompt; needed for Bo-N_min's rows by eq. 8 (``analysis.io`` fills it)
+    time_s       wall-clock seconds spent on this prompt
+    shards       optional, default 1: devices that ran in parallel during ``time_s``
+                 (the paper's GPU count — Bo3840 as 32 parallel Bo120 shards has shards=32).
+                 Shards run one after another on one device are already summed in ``time_s``
+                 and must keep shards=1.
+    perplexity   optional: perplexity of the returned response (see ``perplexity``)
 
 plus any grouping columns named in ``by`` (e.g. ``pair`` or ``generator``).  A configuration
 is a distinct (method, n, alpha).  Bo-N_min is the BoN configuration with the smallest N in
 its group and "the largest BoN" the one with the largest N.  Only prompts that every
 configuration of a group answered enter that group's metrics, so failed prompts cannot make
 a method look cheaper or better.
+
+Confidence intervals come from one prompt-level bootstrap per group: the prompts are
+resampled with replacement and *the same* resamples serve every configuration of the group,
+so differences and ratios between configurations (relative compute, speedup, the position
+of SR on the BoN curve) are paired.  Intervals are percentile intervals.
 """
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -33,7 +41,11 @@ from analysis._columns import require_columns
 
 RUN_COLUMNS = ("method", "n", "alpha", "prompt_id", "score", "time_s")
 CONFIG_COLUMNS = ["method", "n", "alpha"]
-ReferenceMax = Literal["largest_bon", "all_methods"]
+Normalization = Literal["bon_min_range", "bon_range"]
+NORMALIZATIONS = ("bon_min_range", "bon_range")
+DEFAULT_RESAMPLES, DEFAULT_CONFIDENCE = 1000, 0.95
+# Statistics that get a bootstrap interval in ``method_summary`` (perplexity when present).
+INTERVAL_STATISTICS = ("improvement", "relative_compute", "speedup_vs_largest_bon", "perplexity")
 
 
 def method_label(method: str, n: int, alpha: float) -> str:
@@ -54,133 +66,365 @@ def perplexity(token_logprobs: Sequence[float]) -> float:
     return float(np.exp(-logprobs.mean())) if logprobs.size else math.nan
 
 
-def per_prompt_improvement(
-    runs: pd.DataFrame, reference_max: ReferenceMax = "largest_bon"
-) -> pd.Series:
+def per_prompt_improvement(runs: pd.DataFrame, normalization: Normalization = "bon_min_range") -> pd.Series:
     """Improvement score of every row of ``runs`` (one group: call through ``method_summary``).
 
-    For prompt p with reference rewards r_min(p) = score of Bo-N_min and r_max(p),
+    Both normalisations read improvement(p) = 100 * (1 - (top(p) - score(p)) / spread(p))
+    with top(p) the reward of Bo-N_min's returned (best) response:
 
-        improvement(p) = 100 * (1 + (score(p) - r_min(p)) / (r_max(p) - r_min(p)))
+    - ``"bon_min_range"`` (default, the paper's eq. 8): spread(p) = top(p) minus the lowest
+      reward among Bo-N_min's candidates (``worst_score``), so rewards are measured in units
+      of Bo-N_min's own reward range and Bo-N_min scores 100;
+    - ``"bon_range"`` (an alternative, not the paper's): spread(p) = largest BoN's reward
+      minus top(p), so Bo-N_min scores 100 and the largest BoN 200.
 
-    so Bo-N_min scores 100.  With ``reference_max="largest_bon"`` r_max(p) is the score of
-    the largest BoN, which therefore scores 200; with ``"all_methods"`` it is the best score
-    any configuration reached on p, so nothing exceeds 200.  A prompt whose r_max(p) is not
-    above r_min(p) cannot be normalised (the range is empty or, with independent samples,
-    even reversed) and gets NaN.
+    A prompt whose spread is not positive (or not finite) cannot be normalised and gets NaN;
+    ``zero_spread_prompts`` names such prompts.
     """
-    bon = runs[runs["method"] == "bon"]
-    r_min = _scores_of(bon[bon["n"] == bon["n"].min()])
-    if reference_max == "largest_bon":
-        r_max = _scores_of(bon[bon["n"] == bon["n"].max()])
-    elif reference_max == "all_methods":
-        r_max = runs.groupby("prompt_id")["score"].max()
-    else:
-        raise ValueError(f"reference_max must be 'largest_bon' or 'all_methods', not {reference_max!r}")
-    low, high = runs["prompt_id"].map(r_min), runs["prompt_id"].map(r_max)
-    span = (high - low).where(high > low)
-    return 100.0 * (1.0 + (runs["score"] - low) / span)
+    top, spread = _reference_range(runs, normalization)
+    top, spread = runs["prompt_id"].map(top), runs["prompt_id"].map(spread)
+    return 100.0 * (1.0 - (top - runs["score"]) / spread.where((spread > 0) & np.isfinite(spread)))
+
+
+def zero_spread_prompts(runs: pd.DataFrame, normalization: Normalization = "bon_min_range") -> list:
+    """Prompts of ``runs`` (one group) whose improvement score is undefined, sorted as text."""
+    _, spread = _reference_range(runs, normalization)
+    return sorted(spread.index[~(spread > 0) | ~np.isfinite(spread)], key=str)
+
+
+def bootstrap_weights(n_prompts: int, n_resamples: int, seed: int = 0) -> np.ndarray:
+    """(n_resamples, n_prompts) counts: how often each prompt appears in each resample.
+
+    Equivalent to drawing prompt indices with replacement; as counts, every statistic of a
+    resample becomes a weighted sum (a matrix product) over the original prompts.  The same
+    matrix is used for every configuration of a group, which makes the bootstrap paired.
+    """
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(n_prompts, np.full(n_prompts, 1.0 / n_prompts), size=n_resamples)
+
+
+def percentile_interval(draws: np.ndarray, confidence_level: float = DEFAULT_CONFIDENCE) -> np.ndarray:
+    """(rows, 2) percentile interval of each row of ``draws``, ignoring non-finite draws.
+
+    A row without finite draws gets (NaN, NaN) rather than a warning.
+    """
+    draws = np.atleast_2d(np.asarray(draws, dtype=float))
+    tail = 100.0 * (1.0 - confidence_level) / 2.0
+    intervals = np.full((len(draws), 2), math.nan)
+    for row, values in enumerate(draws):
+        finite = values[np.isfinite(values)]
+        if finite.size:
+            intervals[row] = np.percentile(finite, [tail, 100.0 - tail])
+    return intervals
 
 
 def method_summary(
-    runs: pd.DataFrame, by: Sequence[str] = (), reference_max: ReferenceMax = "largest_bon"
+    runs: pd.DataFrame,
+    by: Sequence[str] = (),
+    normalization: Normalization = "bon_min_range",
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence_level: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
 ) -> pd.DataFrame:
     """One row per configuration (within each ``by`` group): Figure 3's points, Table 2's cells.
 
     Output columns: *by, method, n, alpha, method_label, n_prompts (prompts shared by all
     configurations of the group), mean_score, improvement (mean of ``per_prompt_improvement``
-    over the prompts that can be normalised), n_prompts_improvement, compute_s (sum over
-    prompts of shards × time_s), relative_compute (compute_s / compute_s of Bo-N_min),
-    speedup_vs_largest_bon (compute_s of the largest BoN / compute_s), and perplexity (mean
-    over prompts) when ``runs`` has that column.  Speedup is measured in compute, which equals
-    wall-clock time when every shard count is 1.
+    over the prompts that can be normalised), n_prompts_improvement (those prompts),
+    zero_spread_prompts (comma-separated ids of the others, "" if none), compute_s (sum over
+    prompts of shards × time_s), relative_compute (compute_s / compute_s of Bo-N_min: eq. 7),
+    speedup_vs_largest_bon (compute_s of the largest BoN / compute_s), perplexity (mean over
+    prompts) when ``runs`` has that column, then <statistic>_lo and <statistic>_hi for each of
+    improvement, relative_compute, speedup_vs_largest_bon and perplexity (``confidence_level``
+    paired bootstrap interval over ``n_resamples`` prompt resamples drawn with ``seed``; NaN
+    when ``n_resamples`` is 0), and the bootstrap's confidence_level and bootstrap_resamples.
+    Speedup is measured in compute, which equals wall-clock time when every shard count is 1.
     """
-    require_columns(runs, [*RUN_COLUMNS, *by], "runs")
-    _check_one_row_per_prompt(runs, by)
-    return _for_each_group(runs, by, lambda group: _summarize_group(group, reference_max))
+    _check_runs(runs, by, normalization)
+    return _for_each_group(
+        runs, by, lambda group: _summarize_group(group, normalization, n_resamples, confidence_level, seed)
+    )
 
 
-def bon_equivalent_compute(summary: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
-    """The BoN compute that would reach each SR configuration's improvement score.
+def bootstrap_draws(
+    runs: pd.DataFrame,
+    by: Sequence[str] = (),
+    normalization: Normalization = "bon_min_range",
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """The bootstrap statistics behind ``method_summary``'s intervals, one row per resample.
 
-    Input: ``method_summary`` output.  Within each ``by`` group the BoN points, ordered by
-    relative compute, form a curve; each SR point's improvement is located on it by
-    ``interpolate_log_compute``.  Output: the SR rows with bon_equivalent_compute,
-    bon_equivalent_status (see ``interpolate_log_compute``) and
-    compute_speedup = bon_equivalent_compute / relative_compute (NaN outside the range).
+    Columns: *by, method, n, alpha, method_label, resample, improvement, relative_compute,
+    speedup_vs_largest_bon (and perplexity).  With the same arguments the resamples are
+    exactly those of ``method_summary``; ``bon_equivalent_compute`` locates SR on each.
     """
-    require_columns(summary, [*by, "method", "relative_compute", "improvement"], "method summary")
-    return _for_each_group(summary, by, _locate_sr_on_bon_curve)
+    _check_runs(runs, by, normalization)
+
+    def draws_of(group: pd.DataFrame) -> pd.DataFrame:
+        weights = bootstrap_weights(_n_common_prompts(group), n_resamples, seed)
+        configs, values = _group_statistics(group, normalization, weights)
+        statistics = ["improvement", "relative_compute", "speedup_vs_largest_bon", "perplexity"]
+        return configs.loc[configs.index.repeat(n_resamples)].reset_index(drop=True).assign(
+            resample=np.tile(np.arange(n_resamples), len(configs)),
+            **{name: values[name].ravel() for name in statistics if name in values},
+        )
+
+    return _for_each_group(runs, by, draws_of)
 
 
-def interpolate_log_compute(
-    compute: Sequence[float], score: Sequence[float], target: float
-) -> tuple[float, str]:
-    """Compute at which a (compute, score) curve reaches ``target``, linear in log(compute).
+class Location(NamedTuple):
+    """Where a score falls on a BoN (compute, score) curve; see ``interpolate_log_compute``."""
+
+    compute: float
+    status: str
+    extrapolated: float
+
+
+def interpolate_log_compute(compute: Sequence[float], score: Sequence[float], target: float) -> Location:
+    """Compute at which a BoN (compute, score) curve reaches ``target``, linear in log(compute).
 
     BoN's score grows roughly linearly in log N, so interpolating in log-compute is the
-    natural reading of Figure 3's log-scaled axis.  The curve is walked in order of
-    increasing compute and the first segment that reaches ``target`` is used, i.e. the
-    cheapest BoN budget that matches it.  Returns (compute, "interpolated"), or
-    (NaN, "below_range" / "above_range") when ``target`` lies outside the curve's scores —
-    extrapolating a best-of-N curve is guesswork — or (NaN, "no_curve") without finite points.
+    natural reading of Figure 3's log-scaled axis.  The points are walked in order of
+    increasing compute; the first point whose score reaches ``target`` and the point before
+    it bound the interpolation (the official code's ``compute_speedups`` rule; an exact hit
+    returns that point's compute).  Status:
+
+    - "interpolated": ``compute`` is the answer;
+    - "below_range": ``target`` is below the cheapest point's score (Bo-N_min), even if a
+      later point of a non-monotone curve dips lower;
+    - "above_range": no point reaches ``target``;
+    - "no_curve" (no finite point) / "no_score" (``target`` not finite).
+
+    Outside the range ``compute`` is NaN and ``extrapolated`` continues the line through the
+    first two (below) or last two (above) points — NaN when that line does not rise, as
+    extrapolating best-of-N is guesswork to be reported as such, never as a measurement.
     """
-    log_x, y = np.log(np.asarray(compute, dtype=float)), np.asarray(score, dtype=float)
-    usable = np.isfinite(log_x) & np.isfinite(y)
-    order = np.argsort(log_x[usable])
-    log_x, y = log_x[usable][order], y[usable][order]
-    if not y.size:
-        return math.nan, "no_curve"
-    if not np.isfinite(target) or target < y.min():
-        return math.nan, "below_range"
-    if target > y.max():
-        return math.nan, "above_range"
-    if y[0] >= target:
-        return float(np.exp(log_x[0])), "interpolated"
-    # First point reaching the target; every point before it is below the target.
-    reached = 1 + int(np.argmax(y[1:] >= target))
-    before = reached - 1
-    weight = (target - y[before]) / (y[reached] - y[before])
-    return float(np.exp(log_x[before] + weight * (log_x[reached] - log_x[before]))), "interpolated"
+    x, y = np.asarray(compute, dtype=float), np.asarray(score, dtype=float)
+    usable = np.isfinite(x) & (x > 0) & np.isfinite(y)
+    found = locate_on_curves(x[usable][:, None], y[usable][:, None], np.array([target], dtype=float))
+    return Location(float(found[0][0]), str(found[1][0]), float(found[2][0]))
 
 
-def _summarize_group(runs: pd.DataFrame, reference_max: ReferenceMax) -> pd.DataFrame:
-    if not (runs["method"] == "bon").any():
-        raise ValueError("a group has no BoN configuration to normalise against")
-    runs = _on_common_prompts(runs).assign(
-        improvement=lambda frame: per_prompt_improvement(frame, reference_max),
-        compute_s=lambda frame: frame["time_s"] * frame.get("shards", 1),
+def locate_on_curves(
+    compute: np.ndarray, score: np.ndarray, target: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``interpolate_log_compute`` for R curves at once: (K, R) points, (R,) targets.
+
+    Returns (compute, status, extrapolated), each of shape (R,).  A curve with any
+    non-finite or non-positive point is "no_curve"; the bootstrap locates SR on every
+    resample's BoN curve with this.
+    """
+    compute, score = np.asarray(compute, dtype=float), np.asarray(score, dtype=float)
+    target = np.asarray(target, dtype=float)
+    n_points, n_curves = score.shape
+    if n_points == 0:
+        nan = np.full(n_curves, math.nan)
+        return nan, np.where(np.isfinite(target), "no_curve", "no_score"), nan.copy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_x = np.log(compute)
+    curve_ok = (np.isfinite(log_x) & np.isfinite(score)).all(axis=0)
+    order = np.argsort(log_x, axis=0)
+    log_x, y = np.take_along_axis(log_x, order, 0), np.take_along_axis(score, order, 0)
+
+    reached = y >= target
+    first = reached.argmax(axis=0)  # first point reaching the target (0 when none does)
+    before = np.maximum(first - 1, 0)
+    curves = np.arange(n_curves)
+    y_hi, y_lo, x_hi, x_lo = y[first, curves], y[before, curves], log_x[first, curves], log_x[before, curves]
+    # first == 0 and in range means an exact hit of the cheapest point: weight 1 keeps it.
+    weight = np.divide(target - y_lo, y_hi - y_lo, out=np.ones(n_curves), where=first > 0)
+    status = np.select(
+        [~np.isfinite(target), ~curve_ok, target < y[0], ~reached.any(axis=0)],
+        ["no_score", "no_curve", "below_range", "above_range"],
+        "interpolated",
     )
-    aggregations = {
-        "n_prompts": ("prompt_id", "nunique"),
-        "mean_score": ("score", "mean"),
-        "improvement": ("improvement", "mean"),
-        "n_prompts_improvement": ("improvement", "count"),
-        "compute_s": ("compute_s", "sum"),
-    }
+    with np.errstate(over="ignore", invalid="ignore"):
+        located = np.where(status == "interpolated", np.exp(x_lo + weight * (x_hi - x_lo)), math.nan)
+        extrapolated = np.full(n_curves, math.nan)
+        if n_points >= 2:
+            below = _extrapolate(log_x[0], y[0], log_x[1], y[1], target)
+            above = _extrapolate(log_x[-2], y[-2], log_x[-1], y[-1], target)
+            ends = [status == "below_range", status == "above_range"]
+            extrapolated = np.exp(np.select(ends, [below, above], math.nan))
+    return located, status, extrapolated
+
+
+def bon_equivalent_compute(
+    summary: pd.DataFrame,
+    by: Sequence[str] = (),
+    draws: pd.DataFrame | None = None,
+    confidence_level: float = DEFAULT_CONFIDENCE,
+) -> pd.DataFrame:
+    """The BoN compute that would reach each SR configuration's improvement score.
+
+    Input: ``method_summary`` output and, for intervals, ``bootstrap_draws`` of the same runs.
+    Within each ``by`` group the BoN points (relative compute, improvement) form a curve on
+    which each SR point is located by ``interpolate_log_compute``.  Output: the SR rows with
+
+    - bon_equivalent_compute, bon_equivalent_status, bon_equivalent_compute_extrapolated;
+    - compute_speedup = bon_equivalent_compute / relative_compute (NaN outside the range)
+      and compute_speedup_extrapolated, its out-of-range counterpart;
+    - bon_equivalent_compute_lo/hi and compute_speedup_lo/hi: percentile interval over the
+      resamples on which SR lands inside that resample's BoN curve, and
+      bon_equivalent_in_range_frac, the share of resamples where it does (NaN without draws).
+    """
+    require_columns(summary, [*by, *CONFIG_COLUMNS, "method_label", "relative_compute", "improvement"],
+                    "method summary")
+    if draws is None:
+        draws = pd.DataFrame(columns=[*by, *CONFIG_COLUMNS, "method_label", "resample",
+                                      "relative_compute", "improvement"])
+    require_columns(draws, [*by, "method", "method_label", "resample", "relative_compute", "improvement"],
+                    "bootstrap draws")
+    if not by:
+        return _locate_sr_on_bon_curve(summary, draws, confidence_level)
+    parts = []
+    for keys, group in summary.groupby(list(by), sort=False):
+        in_group = dict(zip(by, keys, strict=True))
+        part = _locate_sr_on_bon_curve(group.drop(columns=list(by)), _rows_of(draws, in_group), confidence_level)
+        for position, (column, key) in enumerate(in_group.items()):
+            part.insert(position, column, key)
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True)
+
+
+def _check_runs(runs: pd.DataFrame, by: Sequence[str], normalization: str) -> None:
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, not {normalization!r}")
+    require_columns(runs, [*RUN_COLUMNS, *by], "runs")
+    if normalization == "bon_min_range":
+        require_columns(runs, ["worst_score"], "runs (eq. 8 needs Bo-N_min's lowest candidate reward)")
+    duplicated = runs.duplicated([*by, *CONFIG_COLUMNS, "prompt_id"])
+    if duplicated.any():
+        example = runs.loc[duplicated, [*by, *CONFIG_COLUMNS, "prompt_id"]].iloc[0].to_dict()
+        raise ValueError(f"runs has several rows for one configuration and prompt, e.g. {example}")
+
+
+def _reference_range(runs: pd.DataFrame, normalization: str) -> tuple[pd.Series, pd.Series]:
+    """Per prompt: Bo-N_min's best reward and the spread that normalises improvement."""
+    bon = runs[runs["method"] == "bon"]
+    if bon.empty:
+        raise ValueError("a group has no BoN configuration to normalise against")
+    bon_min = bon[bon["n"] == bon["n"].min()].set_index("prompt_id")
+    top = bon_min["score"]
+    if normalization == "bon_min_range":
+        spread = top - bon_min["worst_score"]
+    elif normalization == "bon_range":
+        spread = bon[bon["n"] == bon["n"].max()].set_index("prompt_id")["score"] - top
+    else:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, not {normalization!r}")
+    return top, spread
+
+
+def _summarize_group(
+    runs: pd.DataFrame, normalization: str, n_resamples: int, confidence_level: float, seed: int
+) -> pd.DataFrame:
+    n_prompts = _n_common_prompts(runs)
+    runs = _on_common_prompts(runs)
+    summary, point = _group_statistics(runs, normalization, np.ones((1, n_prompts), dtype=int))
+    _, draws = _group_statistics(runs, normalization, bootstrap_weights(n_prompts, n_resamples, seed))
+    summary = summary.assign(
+        n_prompts=n_prompts,
+        **{name: values[:, 0] for name, values in point.items()},
+        zero_spread_prompts=",".join(map(str, zero_spread_prompts(runs, normalization))),
+    ).astype({"n_prompts_improvement": int})
+    order = ["method", "n", "alpha", "method_label", "n_prompts", "mean_score", "improvement",
+             "n_prompts_improvement", "zero_spread_prompts", "compute_s", "relative_compute",
+             "speedup_vs_largest_bon"]
+    summary = summary[order + (["perplexity"] if "perplexity" in point else [])]
+    for name in INTERVAL_STATISTICS:
+        if name in draws:
+            interval = percentile_interval(draws[name], confidence_level)
+            summary[f"{name}_lo"], summary[f"{name}_hi"] = interval[:, 0], interval[:, 1]
+    summary["confidence_level"], summary["bootstrap_resamples"] = confidence_level, n_resamples
+    return summary
+
+
+def _group_statistics(
+    runs: pd.DataFrame, normalization: str, weights: np.ndarray
+) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """Configurations of one group and their statistics under each row of prompt ``weights``.
+
+    Returns the configurations (method, n, alpha, method_label; BoN by N, then SR by alpha:
+    the order of Figure 3's curves and the paper's tables) and a dict of (C, R) arrays,
+    R = len(weights): mean_score, improvement, n_prompts_improvement, compute_s,
+    relative_compute, speedup_vs_largest_bon and perplexity (if present).  A weight row of
+    ones is the sample itself, so point estimates and resamples share one formula.
+    """
+    runs = _on_common_prompts(runs).assign(
+        improvement=lambda frame: per_prompt_improvement(frame, normalization),
+        compute_s=lambda frame: frame["time_s"] * frame.get("shards", 1),
+        config=lambda frame: frame.groupby(CONFIG_COLUMNS, dropna=False, sort=True).ngroup(),
+    )
+    configs = runs.drop_duplicates("config").sort_values("config")[CONFIG_COLUMNS].reset_index(drop=True)
+    configs["method_label"] = [method_label(*row) for row in configs[CONFIG_COLUMNS].itertuples(index=False)]
+
+    def per_prompt(column: str) -> np.ndarray:  # (C, P), prompts in one shared order
+        return runs.pivot(index="config", columns="prompt_id", values=column).to_numpy(dtype=float)
+
+    weights = weights.T.astype(float)  # (P, R)
+    improvement, used = _weighted_mean(per_prompt("improvement"), weights)
+    compute = per_prompt("compute_s") @ weights
+    bon = configs.index[configs["method"] == "bon"]
+    smallest, largest = bon[0], bon[-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = {
+            "mean_score": _weighted_mean(per_prompt("score"), weights)[0],
+            "improvement": improvement,
+            "n_prompts_improvement": used,
+            "compute_s": compute,
+            "relative_compute": compute / compute[smallest],
+            "speedup_vs_largest_bon": compute[largest] / compute,
+        }
     if "perplexity" in runs.columns:
-        aggregations["perplexity"] = ("perplexity", "mean")
-    summary = runs.groupby(CONFIG_COLUMNS, dropna=False, sort=False).agg(**aggregations).reset_index()
-    bon = summary[summary["method"] == "bon"]
-    smallest, largest = bon.loc[bon["n"].idxmin()], bon.loc[bon["n"].idxmax()]
-    summary["relative_compute"] = summary["compute_s"] / smallest["compute_s"]
-    summary["speedup_vs_largest_bon"] = largest["compute_s"] / summary["compute_s"]
-    summary.insert(3, "method_label", [method_label(*row) for row in summary[CONFIG_COLUMNS].itertuples(index=False)])
-    # BoN by N, then SR by alpha: the order of Figure 3's curves and the paper's tables.
-    return summary.sort_values(["method", "n", "alpha"], ignore_index=True)
+        values["perplexity"] = _weighted_mean(per_prompt("perplexity"), weights)[0]
+    return configs, values
 
 
-def _locate_sr_on_bon_curve(summary: pd.DataFrame) -> pd.DataFrame:
+def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per configuration and resample, the mean of the finite values and how many entered it."""
+    finite = np.isfinite(values)
+    totals, counts = np.where(finite, values, 0.0) @ weights, finite.astype(float) @ weights
+    return np.divide(totals, counts, out=np.full_like(totals, math.nan), where=counts > 0), counts
+
+
+def _locate_sr_on_bon_curve(summary: pd.DataFrame, draws: pd.DataFrame, confidence_level: float) -> pd.DataFrame:
     bon = summary[summary["method"] == "bon"]
-    sr = summary[summary["method"] == "sr"].copy()
-    located = [
-        interpolate_log_compute(bon["relative_compute"], bon["improvement"], target)
-        for target in sr["improvement"]
-    ]
-    sr["bon_equivalent_compute"] = [compute for compute, _ in located]
-    sr["bon_equivalent_status"] = [status for _, status in located]
+    sr = summary[summary["method"] == "sr"].reset_index(drop=True)
+    located = [interpolate_log_compute(bon["relative_compute"], bon["improvement"], t) for t in sr["improvement"]]
+    sr["bon_equivalent_compute"] = [where.compute for where in located]
+    sr["bon_equivalent_status"] = [where.status for where in located]
+    sr["bon_equivalent_compute_extrapolated"] = [where.extrapolated for where in located]
     sr["compute_speedup"] = sr["bon_equivalent_compute"] / sr["relative_compute"]
-    return sr.reset_index(drop=True)
+    sr["compute_speedup_extrapolated"] = sr["bon_equivalent_compute_extrapolated"] / sr["relative_compute"]
+    for column in ("bon_equivalent_compute_lo", "bon_equivalent_compute_hi", "compute_speedup_lo",
+                   "compute_speedup_hi", "bon_equivalent_in_range_frac"):
+        sr[column] = math.nan
+    if draws.empty or sr.empty:
+        return sr
+
+    def by_resample(rows: pd.DataFrame, column: str) -> np.ndarray:
+        return rows.pivot(index="method_label", columns="resample", values=column).to_numpy(dtype=float)
+
+    bon_draws = draws[draws["method"] == "bon"]
+    curve_x, curve_y = by_resample(bon_draws, "relative_compute"), by_resample(bon_draws, "improvement")
+    for row, label in enumerate(sr["method_label"]):
+        mine = draws[draws["method_label"] == label].sort_values("resample")
+        compute, status, _ = locate_on_curves(curve_x, curve_y, mine["improvement"].to_numpy(dtype=float))
+        inside = status == "interpolated"
+        speedup = compute / mine["relative_compute"].to_numpy(dtype=float)
+        (low, high), = percentile_interval(np.where(inside, compute, math.nan), confidence_level)
+        (speed_low, speed_high), = percentile_interval(np.where(inside, speedup, math.nan), confidence_level)
+        sr.loc[row, ["bon_equivalent_compute_lo", "bon_equivalent_compute_hi", "compute_speedup_lo",
+                     "compute_speedup_hi", "bon_equivalent_in_range_frac"]] = [
+            low, high, speed_low, speed_high, inside.mean()]
+    return sr
+
+
+def _extrapolate(x_a: np.ndarray, y_a: np.ndarray, x_b: np.ndarray, y_b: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """log-compute where the line through (x_a, y_a), (x_b, y_b) reaches ``target``; NaN unless it rises."""
+    rises = y_b > y_a
+    return np.where(rises, x_a + (target - y_a) * (x_b - x_a) / np.where(rises, y_b - y_a, 1.0), math.nan)
 
 
 def _on_common_prompts(runs: pd.DataFrame) -> pd.DataFrame:
@@ -190,15 +434,19 @@ def _on_common_prompts(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[configs_per_prompt == n_configs]
 
 
-def _scores_of(config_runs: pd.DataFrame) -> pd.Series:
-    return config_runs.set_index("prompt_id")["score"]
+def _n_common_prompts(runs: pd.DataFrame) -> int:
+    n_prompts = _on_common_prompts(runs)["prompt_id"].nunique()
+    if n_prompts == 0:
+        raise ValueError("no prompt was answered by every configuration of a group")
+    return n_prompts
 
 
-def _check_one_row_per_prompt(runs: pd.DataFrame, by: Sequence[str]) -> None:
-    duplicated = runs.duplicated([*by, *CONFIG_COLUMNS, "prompt_id"])
-    if duplicated.any():
-        example = runs.loc[duplicated, [*by, *CONFIG_COLUMNS, "prompt_id"]].iloc[0].to_dict()
-        raise ValueError(f"runs has several rows for one configuration and prompt, e.g. {example}")
+def _rows_of(frame: pd.DataFrame, values: dict) -> pd.DataFrame:
+    """Rows of ``frame`` whose columns equal ``values`` (all rows when ``values`` is empty)."""
+    mask = np.ones(len(frame), dtype=bool)
+    for column, value in values.items():
+        mask &= (frame[column] == value).to_numpy()
+    return frame[mask].drop(columns=list(values))
 
 
 def _for_each_group(

@@ -12,9 +12,16 @@ Input contracts (one row per generator × method; ``method_label`` as made by
     Table 1: generator, method_label, win_rate, lc_win_rate
         win_rate / lc_win_rate: win-rate and length-controlled win-rate in percent against
         the Bo-N_min reference (which therefore scores 50).
-    Table 2: generator, method_label, perplexity, speedup_vs_largest_bon
+    Table 2: generator, method_label, perplexity, speedup_vs_largest_bon, and optionally
+        perplexity_lo/hi, speedup_vs_largest_bon_lo/hi
         ``analysis.metrics.method_summary(runs, by=["generator"])`` output for runs under the
-        log-prob reward: mean perplexity of the returned responses and compute speedup.
+        log-prob reward: mean perplexity of the returned responses and compute speedup, with
+        their bootstrap confidence intervals.
+
+A metric given with ``<metric>_lo`` / ``<metric>_hi`` gets columns ``"<generator> <metric> lo"``
+and ``"... hi"`` beside its own: the CSV keeps them as numbers, the Markdown and LaTeX show
+"value [lo, hi]" in one cell (``with_intervals``).  Averages over generators have no interval:
+the generators' bootstraps are separate, so no resample spans them.
 """
 
 from collections.abc import Mapping, Sequence
@@ -27,6 +34,7 @@ from analysis._columns import require_columns
 TABLE1_METRICS = {"win_rate": "WR", "lc_win_rate": "LC WR"}
 TABLE2_METRICS = {"perplexity": "PPL", "speedup_vs_largest_bon": "Speedup"}
 MISSING = "--"
+INTERVAL_SUFFIXES = (" lo", " hi")
 
 
 def table1_win_rates(win_rates: pd.DataFrame) -> pd.DataFrame:
@@ -37,6 +45,31 @@ def table1_win_rates(win_rates: pd.DataFrame) -> pd.DataFrame:
 def table2_perplexity_speedup(summary: pd.DataFrame) -> pd.DataFrame:
     """Table 2: perplexity and speedup per method and generator, plus the average."""
     return _by_generator(summary, TABLE2_METRICS)
+
+
+def with_intervals(table: pd.DataFrame, decimals: int = 1) -> pd.DataFrame:
+    """Text cells: each column with "<column> lo" / "<column> hi" beside it becomes
+    "value [lo, hi]" and loses those two; other numbers are formatted alone, NaN as "--"."""
+    bounded = [c for c in table.columns if all(f"{c}{suffix}" in table.columns for suffix in INTERVAL_SUFFIXES)]
+    bounds = {f"{c}{suffix}" for c in bounded for suffix in INTERVAL_SUFFIXES}
+    text = pd.DataFrame(index=table.index)
+    for column in table.columns:
+        if column in bounds:
+            continue
+        cells = [_format_number(value, decimals) for value in table[column]]
+        if column in bounded:
+            cells = [cell if cell == MISSING or pd.isna(low) or pd.isna(high)
+                     else f"{cell} [{_format_number(low, decimals)}, {_format_number(high, decimals)}]"
+                     for cell, low, high in zip(cells, table[f"{column} lo"], table[f"{column} hi"], strict=True)]
+        text[column] = cells
+    return text
+
+
+def interval_note(confidence_level: float, n_resamples: int) -> str:
+    """What the brackets of a table with intervals mean."""
+    return (f"Brackets: {confidence_level:.0%} percentile intervals from a prompt-level paired bootstrap "
+            f"({n_resamples} resamples of the prompts, the same resamples for every method of a "
+            f"generator); averages over generators have none.")
 
 
 def render_markdown(table: pd.DataFrame, decimals: int = 1) -> str:
@@ -60,12 +93,14 @@ def render_latex(table: pd.DataFrame, decimals: int = 1) -> str:
 
 
 def write_table(table: pd.DataFrame, path_stem: str | Path, decimals: int = 1) -> list[Path]:
-    """Write ``<path_stem>.csv`` (full precision), ``.md`` and ``.tex``; returns the paths."""
+    """Write ``<path_stem>.csv`` (full precision, interval ends as their own columns), ``.md``
+    and ``.tex`` (intervals as "value [lo, hi]"); returns the paths."""
     csv, markdown, latex = (Path(f"{path_stem}.{extension}") for extension in ("csv", "md", "tex"))
     csv.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(csv)
-    markdown.write_text(render_markdown(table, decimals), encoding="utf-8")
-    latex.write_text(render_latex(table, decimals), encoding="utf-8")
+    shown = with_intervals(table, decimals) if _has_intervals(table) else table
+    markdown.write_text(render_markdown(shown, decimals), encoding="utf-8")
+    latex.write_text(render_latex(shown, decimals), encoding="utf-8")
     return [csv, markdown, latex]
 
 
@@ -80,13 +115,18 @@ def append_notes(markdown: str | Path, latex: str | Path, lines: Sequence[str]) 
 def _by_generator(frame: pd.DataFrame, metrics: Mapping[str, str]) -> pd.DataFrame:
     """Rows per method, columns ``<generator> <short name>`` per metric, then the averages."""
     require_columns(frame, ["generator", "method_label", *metrics], "table input")
+    bounded = [metric for metric in metrics if {f"{metric}_lo", f"{metric}_hi"} <= set(frame.columns)]
+    values = [*metrics, *(f"{metric}_{end}" for metric in bounded for end in ("lo", "hi"))]
     # pivot (not pivot_table) raises on a repeated generator × method instead of averaging it.
-    wide = frame.pivot(index="method_label", columns="generator", values=list(metrics))
+    wide = frame.pivot(index="method_label", columns="generator", values=values)
     methods, generators = frame["method_label"].unique(), frame["generator"].unique()
     columns = {}
     for generator in generators:
         for metric, short in metrics.items():
             columns[f"{generator} {short}"] = wide[(metric, generator)]
+            if metric in bounded:
+                columns[f"{generator} {short} lo"] = wide[(f"{metric}_lo", generator)]
+                columns[f"{generator} {short} hi"] = wide[(f"{metric}_hi", generator)]
     for metric, short in metrics.items():
         columns[f"Average {short}"] = wide[metric].mean(axis=1, skipna=False)
     table = pd.DataFrame(columns).reindex(methods)
@@ -94,5 +134,11 @@ def _by_generator(frame: pd.DataFrame, metrics: Mapping[str, str]) -> pd.DataFra
     return table
 
 
+def _has_intervals(table: pd.DataFrame) -> bool:
+    return any(str(column).endswith(INTERVAL_SUFFIXES) for column in table.columns)
+
+
 def _format_number(value, decimals: int) -> str:
+    if isinstance(value, str):  # already formatted (``with_intervals``)
+        return value
     return MISSING if pd.isna(value) else f"{value:.{decimals}f}"

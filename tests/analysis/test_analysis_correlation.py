@@ -8,13 +8,14 @@ import pytest
 
 from analysis.correlation import (
     best_survives,
-    num_kept,
+    kendall_tau_a,
     ols_band,
     oracle_cutoff,
     prompt_tau_statistics,
     summarize_by_tau,
     tokens_saved_fraction,
 )
+from specrej.selection import num_kept
 
 # Any warning (constant-input, divide-by-zero, deprecations) fails the test: degenerate groups
 # must be handled, not shouted about.
@@ -54,11 +55,41 @@ def test_correlations_recover_a_known_bivariate_normal():
     assert row["ols_r2"] == pytest.approx(rho**2, abs=0.03)
 
 
-def test_kendall_is_tau_b_which_corrects_for_ties():
+def explicit_tau_a(x, y) -> float:
+    """Appendix B's formula written out: 2 / (N(N-1)) · Σ_{i<j} sgn(x_i - x_j) sgn(y_i - y_j)."""
+    n, total = len(x), 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            total += np.sign(x[i] - x[j]) * np.sign(y[i] - y[j])
+    return 2 * total / (n * (n - 1))
+
+
+def test_kendall_is_the_papers_tau_a_and_kendall_b_corrects_for_ties():
     # 4 concordant pairs, no discordant ones, one pair tied in each score:
-    # tau_b = 4 / sqrt((6 - 1) * (6 - 1)) = 0.8 (tau_a would be 4/6, tau_c 0.75).
+    # tau_a = 4/6, tau_b = 4 / sqrt((6 - 1) * (6 - 1)) = 0.8.
     row = prompt_tau_statistics(prefix_table([1, 1, 2, 3], [1, 2, 2, 3])).iloc[0]
-    assert row["kendall"] == pytest.approx(0.8)
+    assert row["kendall"] == pytest.approx(4 / 6)
+    assert row["kendall_b"] == pytest.approx(0.8)
+
+
+def test_tau_a_and_tau_b_on_a_hand_example_with_ties():
+    partial = [-0.5, -0.5, -0.5, -0.5, -0.8, -1.0, -1.2, -0.3]
+    final = [-0.4, -0.6, -0.5, -0.7, -0.9, -1.1, -1.0, -0.2]
+    # 28 pairs: 6 tied in partial, 21 concordant, 1 discordant → tau_a = 20/28.
+    assert explicit_tau_a(partial, final) == pytest.approx(20 / 28)
+    row = prompt_tau_statistics(prefix_table(partial, final)).iloc[0]
+    assert row["kendall"] == pytest.approx(0.714, abs=5e-4)
+    assert row["kendall"] == pytest.approx(explicit_tau_a(partial, final))
+    # tau_b = 20 / sqrt((28 - 6) * 28) = 0.806
+    assert row["kendall_b"] == pytest.approx(20 / math.sqrt(22 * 28))
+    assert row["kendall_b"] == pytest.approx(0.806, abs=5e-4)
+
+
+def test_tau_a_matches_the_double_loop_on_random_tied_data():
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        x, y = rng.integers(0, 4, size=30).astype(float), rng.integers(0, 5, size=30).astype(float)
+        assert kendall_tau_a(x, y) == pytest.approx(explicit_tau_a(x, y))
 
 
 def test_independent_scores_give_no_correlation():
@@ -120,7 +151,7 @@ def test_degenerate_groups_give_nan_without_warnings():
         ]
     )
     statistics = prompt_tau_statistics(prefixes).set_index("prompt_id")
-    for column in ["pearson", "kendall", "ols_slope", "ols_r2"]:
+    for column in ["pearson", "kendall", "kendall_b", "ols_slope", "ols_r2"]:
         assert statistics[column].isna().all(), column
     # The oracle quantities stay defined: they need no variation.
     assert statistics["oracle_cutoff"].notna().all()
@@ -137,7 +168,7 @@ def test_one_row_per_prompt_and_tau_with_the_contract_columns():
         ("a", 8), ("a", 32), ("b", 8), ("b", 32)
     ]
     assert list(statistics.columns) == [
-        "prompt_id", "tau", "n", "pearson", "kendall", "ols_slope", "ols_r2",
+        "prompt_id", "tau", "n", "pearson", "kendall", "kendall_b", "ols_slope", "ols_r2",
         "oracle_cutoff", "tokens_saved_frac", "best_survives_alpha_0.5",
     ]
 

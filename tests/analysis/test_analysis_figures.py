@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.container import ErrorbarContainer
 
 from analysis.correlation import prompt_tau_statistics
 from analysis.figures import (
@@ -10,6 +11,7 @@ from analysis.figures import (
     figure3_compute_vs_improvement,
     figure4_correlation_distributions,
     save_figure,
+    zero_spread_note,
 )
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -41,6 +43,16 @@ def summary() -> pd.DataFrame:
             rows.append({"pair": pair, "method": "sr", "n": 64, "alpha": alpha,
                          "relative_compute": compute, "improvement": improvement})
     return pd.DataFrame(rows)
+
+
+def with_intervals(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary with bootstrap-like intervals and Gen-B's prompts p3 and p7 left out."""
+    return summary.assign(
+        improvement_lo=summary["improvement"] - 5, improvement_hi=summary["improvement"] + 8,
+        relative_compute_lo=summary["relative_compute"] * 0.9, relative_compute_hi=summary["relative_compute"] * 1.2,
+        n_prompts=10, n_prompts_improvement=np.where(summary["pair"] == "Gen-B / RM", 8, 10),
+        zero_spread_prompts=np.where(summary["pair"] == "Gen-B / RM", "p3,p7", ""),
+    )
 
 
 def assert_saved(figure, tmp_path, stem):
@@ -90,6 +102,26 @@ def test_figure3(summary, tmp_path):
     assert_saved(figure, tmp_path, "fig3")
 
 
+def test_figure3_draws_intervals_on_both_axes_and_names_zero_spread_prompts(summary, tmp_path):
+    figure = figure3_compute_vs_improvement(with_intervals(summary))
+    for axes in figure.axes:
+        bars = [c for c in axes.containers if isinstance(c, ErrorbarContainer)]
+        assert len(bars) == 2  # Best-of-N and Speculative Rejection
+        assert all(bar.has_xerr and bar.has_yerr for bar in bars)
+    texts = [[t.get_text() for t in axes.texts] for axes in figure.axes]
+    assert not any("left out" in t for t in texts[0])
+    (note,) = [t for t in texts[1] if "left out" in t]
+    assert "p3, p7" in note and "8 of 10 prompts" in note
+    assert_saved(figure, tmp_path, "fig3_ci")
+
+
+def test_zero_spread_note_shortens_long_lists(summary):
+    many = with_intervals(summary).assign(zero_spread_prompts=",".join(f"q{i:02d}" for i in range(20)))
+    note = zero_spread_note(many, max_named=3)
+    assert "q00, q01, q02 and 17 more" in note
+    assert zero_spread_note(summary) == ""  # no such columns: nothing to say
+
+
 def test_figure3_single_panel_without_pair_column(summary):
     figure = figure3_compute_vs_improvement(summary[summary["pair"] == "Gen-A / RM"].drop(columns="pair"))
     assert len(figure.axes) == 1
@@ -98,7 +130,7 @@ def test_figure3_single_panel_without_pair_column(summary):
 def test_figure4(prefixes, tmp_path):
     figure = figure4_correlation_distributions(prompt_tau_statistics(prefixes))
     left, right = figure.axes
-    assert left.get_ylabel() == "Pearson $r$" and right.get_ylabel() == r"Kendall $\tau_b$"
+    assert left.get_ylabel() == "Pearson $r$" and right.get_ylabel() == r"Kendall $\tau_a$"
     assert left.get_xlabel() == right.get_xlabel() == "τ (generated tokens)"
     assert [tick.get_text() for tick in left.get_xticklabels()] == ["8", "32"]
     assert_saved(figure, tmp_path, "fig4")

@@ -6,6 +6,8 @@ import math
 import pandas as pd
 import pytest
 
+from specrej.errors import SpecrejError
+
 from analysis.io import (
     best_candidate,
     best_responses_frame,
@@ -45,10 +47,11 @@ UNANSWERED_RECORD = {**SR_RECORD, "prompt_id": "p3", "best": None}
 
 
 def test_jsonl_round_trip_and_runs_frame(tmp_path):
-    path = tmp_path / "trajectories.jsonl"
-    records = [SR_RECORD, FAILED_RECORD, BON_RECORD, UNANSWERED_RECORD]
-    path.write_text("\n".join(json.dumps(r) for r in records) + "\n\n")
-    loaded = load_trajectories(path)
+    sr_path, bon_path = tmp_path / "sr.jsonl", tmp_path / "bon.jsonl"  # one file per method, as runs are
+    sr_path.write_text("\n".join(json.dumps(r) for r in [SR_RECORD, FAILED_RECORD, UNANSWERED_RECORD]) + "\n\n")
+    bon_path.write_text(json.dumps(BON_RECORD) + "\n")
+    sr_records = load_trajectories(sr_path)
+    loaded = sr_records[:2] + load_trajectories(bon_path) + sr_records[2:]
     assert [r["prompt_id"] for r in loaded] == ["p1", "p2", "p1", "p3"]
 
     runs = best_responses_frame(loaded)
@@ -63,6 +66,23 @@ def test_jsonl_round_trip_and_runs_frame(tmp_path):
         {"prompt_id": "p2", "method": "sr", "error": "prompt too long"},
         {"prompt_id": "p3", "method": "sr", "error": "no complete response"},
     ]
+
+
+def test_a_run_file_holding_a_prompt_twice_is_refused(tmp_path):
+    path = tmp_path / "twice.jsonl"
+    path.write_text(json.dumps(SR_RECORD) + "\n" + json.dumps(SR_RECORD) + "\n")
+    with pytest.raises(SpecrejError, match="twice"):
+        load_trajectories(path)
+
+
+def test_worst_score_is_recorded_or_the_lowest_final_score():
+    # Older records: the lowest final score among candidates that have one (the halted one has none).
+    assert best_responses_frame([SR_RECORD])["worst_score"].tolist() == [1.0]
+    # Newer records (and merged BoN shards, which keep only the chosen candidate) carry it.
+    merged = {**BON_RECORD, "worst": {"candidate_id": 7, "score": -3.0}}
+    assert best_responses_frame([merged])["worst_score"].tolist() == [-3.0]
+    no_scores = {**SR_RECORD, "candidates": [candidate(0, None, [0.5], halted_round=0)]}
+    assert math.isnan(best_responses_frame([no_scores])["worst_score"].item())
 
 
 def test_best_candidate_falls_back_to_the_highest_unhalted_final_score():

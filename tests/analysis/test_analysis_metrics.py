@@ -5,33 +5,75 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from analysis.metrics import (
     bon_equivalent_compute,
+    bootstrap_draws,
+    bootstrap_weights,
     interpolate_log_compute,
+    locate_on_curves,
     method_label,
     method_summary,
     per_prompt_improvement,
+    percentile_interval,
     perplexity,
+    zero_spread_prompts,
 )
 
 pytestmark = pytest.mark.filterwarnings("error")
 
 # Two prompts, three BoN sizes and one SR setting.  Per prompt: (Bo8, Bo32, Bo128, SR) scores.
 SCORES = {"p1": (1.0, 2.0, 3.0, 2.5), "p2": (0.0, 4.0, 10.0, 5.0)}
+# Bo8's lowest candidate reward per prompt: eq. 8 spreads (best - worst) of 2 and 10.
+BO8_WORST = {"p1": -1.0, "p2": -10.0}
 # Seconds per prompt and parallel shards: Bo128 ran as 4 parallel shards of 4 s each.
 TIMING = {"bo8": (1.0, 1), "bo32": (4.0, 1), "bo128": (4.0, 4), "sr": (2.0, 1)}
 CONFIGS = [("bon", 8, math.nan, "bo8"), ("bon", 32, math.nan, "bo32"),
            ("bon", 128, math.nan, "bo128"), ("sr", 128, 0.5, "sr")]
 
 
-def hand_runs(scores=SCORES) -> pd.DataFrame:
+def hand_runs(scores=SCORES, bo8_worst=BO8_WORST) -> pd.DataFrame:
     rows = []
     for prompt_id, prompt_scores in scores.items():
         for (method, n, alpha, key), score in zip(CONFIGS, prompt_scores, strict=True):
             time_s, shards = TIMING[key]
+            # Only Bo-N_min's worst score matters; the others get an arbitrary lower value.
+            worst = bo8_worst[prompt_id] if key == "bo8" else score - 100.0
             rows.append({"method": method, "n": n, "alpha": alpha, "prompt_id": prompt_id,
-                         "score": score, "time_s": time_s, "shards": shards})
+                         "score": score, "worst_score": worst, "time_s": time_s, "shards": shards})
+    return pd.DataFrame(rows)
+
+
+def eq8_runs(per_prompt: dict) -> pd.DataFrame:
+    """Bo-N_min, the largest BoN and SR; per prompt (Bo-N_min best, Bo-N_min worst, largest best, SR)."""
+    rows = []
+    for prompt_id, (best, worst, largest, sr) in per_prompt.items():
+        rows += [
+            {"method": "bon", "n": 120, "alpha": math.nan, "prompt_id": prompt_id, "score": best,
+             "worst_score": worst, "time_s": 1.0},
+            {"method": "bon", "n": 3840, "alpha": math.nan, "prompt_id": prompt_id, "score": largest,
+             "worst_score": worst - 1.0, "time_s": 32.0},
+            {"method": "sr", "n": 3840, "alpha": 0.5, "prompt_id": prompt_id, "score": sr,
+             "worst_score": math.nan, "time_s": 2.0},
+        ]
+    return pd.DataFrame(rows)
+
+
+def random_runs(n_prompts=60, seed=0) -> pd.DataFrame:
+    """Bo8 < Bo32 < Bo128 in expectation, SR between Bo32 and Bo128, noisy times."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for p in range(n_prompts):
+        best8 = rng.normal(0, 1)
+        worst8 = best8 - rng.uniform(1, 3)
+        for method, n, alpha, mean_gain, time_s in [("bon", 8, math.nan, 0.0, 1.0), ("bon", 32, math.nan, 0.6, 4.0),
+                                                    ("bon", 128, math.nan, 1.2, 16.0), ("sr", 128, 0.5, 0.9, 2.0),
+                                                    ("sr", 128, 0.9, 0.5, 1.0)]:
+            rows.append({"method": method, "n": n, "alpha": alpha, "prompt_id": f"p{p}",
+                         "score": best8 + (mean_gain + rng.normal(0, 0.3) if mean_gain else 0.0),
+                         "worst_score": worst8 if n == 8 else math.nan,
+                         "time_s": time_s * rng.uniform(0.5, 1.5)})
     return pd.DataFrame(rows)
 
 
@@ -39,33 +81,83 @@ def by_label(summary: pd.DataFrame) -> pd.DataFrame:
     return summary.set_index("method_label")
 
 
-def test_improvement_is_100_for_bon_min_and_200_for_the_largest_bon():
-    summary = by_label(method_summary(hand_runs()))
+# --- eq. 8 -------------------------------------------------------------------------------
+
+
+def test_eq8_improvement_on_a_hand_worked_example():
+    # Bo-N_min: best 1.0, worst -2.0 on both prompts (spread 3).  SR 0.9 and 1.8:
+    # p1: 100·(1 - (1.0 - 0.9)/3) = 96.667; p2: 100·(1 - (1.0 - 1.8)/3) = 126.667 → mean 111.667.
+    runs = eq8_runs({"p1": (1.0, -2.0, 1.01, 0.90), "p2": (1.0, -2.0, 2.0, 1.80)})
+    summary = by_label(method_summary(runs, n_resamples=0))
+    assert summary.loc["SR α=0.5", "improvement"] == pytest.approx((96.6666667 + 126.6666667) / 2)
+    assert summary.loc["SR α=0.5", "improvement"] == pytest.approx(111.67, abs=0.005)
+    assert summary.loc["Bo120", "improvement"] == 100.0
+    # Largest BoN: p1 100·(1 + 0.01/3), p2 100·(1 + 1/3).
+    assert summary.loc["Bo3840", "improvement"] == pytest.approx(100 * (1 + (0.01 / 3 + 1 / 3) / 2))
+    assert (summary["n_prompts_improvement"] == 2).all()
+    assert (summary["zero_spread_prompts"] == "").all()
+
+
+def test_the_old_largest_bon_normalisation_is_an_explicit_alternative():
+    runs = eq8_runs({"p1": (1.0, -2.0, 1.01, 0.90), "p2": (1.0, -2.0, 2.0, 1.80)})
+    summary = by_label(method_summary(runs, normalization="bon_range", n_resamples=0))
+    # p1: 100·(1 + (0.9 - 1.0)/0.01) = -900; p2: 100·(1 + 0.8/1.0) = 180 → mean -360: a tiny
+    # Bo-N_min-to-largest gap on p1 blows the score up, which eq. 8 avoids.
+    assert summary.loc["SR α=0.5", "improvement"] == pytest.approx(-360.0)
+    assert summary.loc["Bo3840", "improvement"] == pytest.approx(200.0)
+    with pytest.raises(ValueError, match="normalization"):
+        method_summary(runs, normalization="largest_bon")
+
+
+def test_eq8_needs_the_worst_score():
+    with pytest.raises(ValueError, match="worst_score"):
+        method_summary(hand_runs().drop(columns="worst_score"))
+    # The alternative normalisation does not.
+    method_summary(hand_runs().drop(columns="worst_score"), normalization="bon_range", n_resamples=0)
+
+
+def test_improvement_of_the_hand_runs():
+    summary = by_label(method_summary(hand_runs(), n_resamples=0))
     assert summary.loc["Bo8", "improvement"] == 100.0
-    assert summary.loc["Bo128", "improvement"] == 200.0
-    # Bo32: p1 100·(1 + 1/2) = 150, p2 100·(1 + 4/10) = 140 → mean 145.
+    # Bo32: p1 100·(1 + 1/2) = 150, p2 100·(1 + 4/10) = 140 → 145.  Bo128: 200 on both.
     assert summary.loc["Bo32", "improvement"] == pytest.approx(145.0)
-    # SR: p1 100·(1 + 1.5/2) = 175, p2 100·(1 + 5/10) = 150 → mean 162.5.
+    assert summary.loc["Bo128", "improvement"] == pytest.approx(200.0)
+    # SR: p1 100·(1 + 1.5/2) = 175, p2 100·(1 + 5/10) = 150 → 162.5.
     assert summary.loc["SR α=0.5", "improvement"] == pytest.approx(162.5)
 
 
-def test_improvement_against_the_best_of_all_methods_caps_at_200():
-    runs = hand_runs({"p1": (1.0, 2.0, 3.0, 4.0), "p2": (0.0, 4.0, 10.0, 5.0)})
-    largest = per_prompt_improvement(runs, "largest_bon")
-    everyone = per_prompt_improvement(runs, "all_methods")
-    sr_p1 = (runs["method"] == "sr") & (runs["prompt_id"] == "p1")
-    assert largest[sr_p1].item() == pytest.approx(250.0)  # 100·(1 + 3/2)
-    assert everyone[sr_p1].item() == pytest.approx(200.0)  # SR itself is the reference maximum
-    bo128_p1 = (runs["n"] == 128) & (runs["method"] == "bon") & (runs["prompt_id"] == "p1")
-    assert everyone[bo128_p1].item() == pytest.approx(100 * (1 + 2 / 3))
-
-
-def test_a_prompt_with_an_empty_reward_range_is_left_out_of_the_mean():
-    runs = hand_runs({"p1": (1.0, 2.0, 3.0, 2.5), "p2": (4.0, 4.0, 4.0, 4.0)})
-    summary = by_label(method_summary(runs))
+def test_a_zero_spread_prompt_is_counted_and_named_not_dropped_silently():
+    runs = hand_runs(bo8_worst={"p1": -1.0, "p2": 0.0})  # p2: Bo8's candidates all scored 0.0
+    assert zero_spread_prompts(runs) == ["p2"]
+    improvement = per_prompt_improvement(runs)
+    assert improvement[runs["prompt_id"] == "p2"].isna().all()
+    summary = by_label(method_summary(runs, n_resamples=200))
     assert summary.loc["Bo32", "improvement"] == pytest.approx(150.0)  # p1 only
-    assert summary.loc["Bo32", "n_prompts_improvement"] == 1
-    assert summary.loc["Bo32", "n_prompts"] == 2
+    assert (summary["n_prompts_improvement"] == 1).all()
+    assert (summary["n_prompts"] == 2).all()
+    assert (summary["zero_spread_prompts"] == "p2").all()
+    # Compute still uses both prompts.
+    assert summary.loc["Bo32", "relative_compute"] == 4.0
+
+
+def test_a_non_finite_spread_is_treated_like_a_zero_one():
+    runs = hand_runs(bo8_worst={"p1": math.nan, "p2": -10.0})
+    summary = by_label(method_summary(runs, n_resamples=0))
+    assert summary.loc["Bo32", "zero_spread_prompts"] == "p1"
+    assert summary.loc["Bo32", "improvement"] == pytest.approx(140.0)
+
+
+def test_all_prompts_zero_spread_gives_nan_without_warnings():
+    runs = hand_runs(bo8_worst={"p1": 1.0, "p2": 0.0})
+    summary = method_summary(runs, n_resamples=50)
+    assert summary["improvement"].isna().all() and summary["improvement_lo"].isna().all()
+    assert (summary["zero_spread_prompts"] == "p1,p2").all()
+    located = bon_equivalent_compute(summary, draws=bootstrap_draws(runs, n_resamples=50))
+    assert located["bon_equivalent_status"].tolist() == ["no_score"]
+    assert located["bon_equivalent_in_range_frac"].tolist() == [0.0]
+
+
+# --- eq. 7 ---------------------------------------------------------------------------------
 
 
 def test_relative_compute_counts_shards_and_speedup_is_against_the_largest_bon():
@@ -79,7 +171,7 @@ def test_relative_compute_counts_shards_and_speedup_is_against_the_largest_bon()
 
 def test_prompts_missing_from_any_configuration_are_excluded():
     runs = hand_runs()
-    only_bon = hand_runs({"p3": (0.0, 1.0, 2.0, 9.0)}).query("method == 'bon'")
+    only_bon = hand_runs({"p3": (0.0, 1.0, 2.0, 9.0)}, {"p3": -1.0}).query("method == 'bon'")
     summary = by_label(method_summary(pd.concat([runs, only_bon])))
     assert (summary["n_prompts"] == 2).all()
     assert summary.loc["Bo32", "improvement"] == pytest.approx(145.0)
@@ -87,11 +179,12 @@ def test_prompts_missing_from_any_configuration_are_excluded():
 
 def test_summary_is_computed_per_group():
     runs = pd.concat([hand_runs().assign(pair="A"), hand_runs().assign(pair="B", time_s=lambda f: f["time_s"] * 3)])
-    summary = method_summary(runs, by=["pair"])
+    summary = method_summary(runs, by=["pair"], n_resamples=100)
     assert list(summary.columns[:4]) == ["pair", "method", "n", "alpha"]
     assert len(summary) == 8
-    # Tripling every time leaves ratios unchanged.
-    assert summary.groupby("method_label")["relative_compute"].nunique().eq(1).all()
+    # Tripling every time leaves ratios, and their intervals, unchanged.
+    for column in ("relative_compute", "relative_compute_lo", "relative_compute_hi", "improvement_hi"):
+        assert summary.groupby("method_label")[column].nunique().eq(1).all(), column
 
 
 def test_duplicate_rows_for_a_configuration_and_prompt_are_rejected():
@@ -100,31 +193,181 @@ def test_duplicate_rows_for_a_configuration_and_prompt_are_rejected():
         method_summary(pd.concat([runs, runs.iloc[:1]]))
 
 
+def test_summary_columns():
+    runs = hand_runs().assign(perplexity=2.0)
+    assert list(method_summary(runs).columns) == [
+        "method", "n", "alpha", "method_label", "n_prompts", "mean_score", "improvement",
+        "n_prompts_improvement", "zero_spread_prompts", "compute_s", "relative_compute",
+        "speedup_vs_largest_bon", "perplexity", "improvement_lo", "improvement_hi",
+        "relative_compute_lo", "relative_compute_hi", "speedup_vs_largest_bon_lo",
+        "speedup_vs_largest_bon_hi", "perplexity_lo", "perplexity_hi", "confidence_level",
+        "bootstrap_resamples",
+    ]
+
+
+# --- paired bootstrap ----------------------------------------------------------------------
+
+
+def test_bootstrap_weights_resample_every_prompt_count():
+    weights = bootstrap_weights(7, 500, seed=3)
+    assert weights.shape == (500, 7) and (weights.sum(axis=1) == 7).all()
+    # Each prompt is drawn 7 × 1/7 = 1 time per resample on average.
+    assert weights.mean() == pytest.approx(1.0, abs=0.05)
+    np.testing.assert_array_equal(weights, bootstrap_weights(7, 500, seed=3))
+
+
+def test_point_estimates_do_not_depend_on_the_bootstrap():
+    runs = random_runs()
+    with_ci = method_summary(runs, n_resamples=300, seed=1)
+    without = method_summary(runs, n_resamples=0)
+    columns = ["improvement", "relative_compute", "speedup_vs_largest_bon", "mean_score"]
+    pd.testing.assert_frame_equal(with_ci[columns], without[columns])
+    assert without["improvement_lo"].isna().all()
+    # ... and equal the plain formulas.
+    sr = runs[(runs["method"] == "sr") & (runs["alpha"] == 0.5)]
+    bo8 = runs[runs["n"] == 8].set_index("prompt_id")
+    spread = bo8["score"] - bo8["worst_score"]
+    plain = (100 * (1 - (bo8["score"] - sr.set_index("prompt_id")["score"]) / spread)).mean()
+    row = by_label(with_ci).loc["SR α=0.5"]
+    assert row["improvement"] == pytest.approx(plain)
+    assert row["relative_compute"] == pytest.approx(sr["time_s"].sum() / bo8["time_s"].sum())
+
+
+def test_a_constant_statistic_has_a_degenerate_interval_thanks_to_pairing():
+    # SR takes exactly twice Bo-N_min's time on every prompt, while prompt times vary 10-fold:
+    # an unpaired bootstrap would spread the ratio, a paired one keeps it at 2 on every resample.
+    runs = random_runs(seed=2)
+    bo8_time = runs[runs["n"] == 8].set_index("prompt_id")["time_s"]
+    sr = (runs["method"] == "sr") & (runs["alpha"] == 0.5)
+    runs.loc[sr, "time_s"] = 2 * runs.loc[sr, "prompt_id"].map(bo8_time * np.linspace(1, 10, len(bo8_time))).values
+    runs.loc[runs["n"] == 8, "time_s"] = runs.loc[runs["n"] == 8, "time_s"] * np.linspace(1, 10, len(bo8_time))
+    row = by_label(method_summary(runs, n_resamples=300)).loc["SR α=0.5"]
+    assert row["relative_compute"] == pytest.approx(2.0)
+    assert row["relative_compute_lo"] == pytest.approx(2.0) and row["relative_compute_hi"] == pytest.approx(2.0)
+    bo_min = by_label(method_summary(runs, n_resamples=300)).loc["Bo8"]
+    assert (bo_min["improvement_lo"], bo_min["improvement_hi"]) == (100.0, 100.0)
+
+
+def test_the_same_resamples_serve_every_configuration():
+    runs = random_runs(seed=4)
+    # A second SR configuration with exactly SR α=0.5's per-prompt data.
+    twin = runs[runs["alpha"] == 0.5].assign(alpha=0.6)
+    summary = by_label(method_summary(pd.concat([runs, twin]), n_resamples=300))
+    columns = ["improvement_lo", "improvement_hi", "relative_compute_lo", "relative_compute_hi"]
+    pd.testing.assert_series_equal(summary.loc["SR α=0.5", columns], summary.loc["SR α=0.6", columns],
+                                   check_names=False)
+    draws = bootstrap_draws(pd.concat([runs, twin]), n_resamples=300)
+    a, b = (draws[draws["method_label"] == label].reset_index(drop=True) for label in ("SR α=0.5", "SR α=0.6"))
+    np.testing.assert_array_equal(a["improvement"], b["improvement"])
+
+
+def test_the_bootstrap_is_reproducible_with_a_seed():
+    runs = random_runs(seed=5)
+    first, again = method_summary(runs, n_resamples=200, seed=9), method_summary(runs, n_resamples=200, seed=9)
+    pd.testing.assert_frame_equal(first, again)
+    other = method_summary(runs, n_resamples=200, seed=10)
+    assert not np.allclose(first["improvement_lo"], other["improvement_lo"])
+
+
+def test_the_interval_brackets_the_estimate_and_matches_scipy_for_a_mean():
+    runs = random_runs(n_prompts=200, seed=6)
+    summary = by_label(method_summary(runs, n_resamples=2000, seed=0))
+    for label in ("Bo32", "Bo128", "SR α=0.5", "SR α=0.9"):
+        row = summary.loc[label]
+        assert row["improvement_lo"] < row["improvement"] < row["improvement_hi"]
+        assert row["relative_compute_lo"] < row["relative_compute"] < row["relative_compute_hi"]
+    # Improvement is a plain mean over prompts: scipy's percentile bootstrap gives nearly the same.
+    sr = runs[runs["alpha"] == 0.5].sort_values("prompt_id")
+    per_prompt = per_prompt_improvement(pd.concat([runs[runs["method"] == "bon"], sr])).loc[sr.index]
+    reference = stats.bootstrap((per_prompt.to_numpy(),), np.mean, n_resamples=2000, method="percentile",
+                                rng=np.random.default_rng(0)).confidence_interval
+    width = reference.high - reference.low
+    assert summary.loc["SR α=0.5", "improvement_lo"] == pytest.approx(reference.low, abs=0.1 * width)
+    assert summary.loc["SR α=0.5", "improvement_hi"] == pytest.approx(reference.high, abs=0.1 * width)
+
+
+def test_draws_are_the_resamples_behind_the_summary_intervals():
+    runs = random_runs(seed=7)
+    summary = by_label(method_summary(runs, n_resamples=400, seed=3))
+    draws = bootstrap_draws(runs, n_resamples=400, seed=3)
+    assert len(draws) == 5 * 400
+    sr = draws[draws["method_label"] == "SR α=0.5"]
+    (low, high), = percentile_interval(sr["relative_compute"].to_numpy())
+    assert (low, high) == pytest.approx((summary.loc["SR α=0.5", "relative_compute_lo"],
+                                         summary.loc["SR α=0.5", "relative_compute_hi"]))
+
+
+def test_percentile_interval_ignores_nan_and_handles_empty_rows():
+    intervals = percentile_interval(np.array([[1.0, 2.0, 3.0, np.nan], [np.nan] * 4]), 0.5)
+    assert intervals[0].tolist() == [1.5, 2.5]
+    assert np.isnan(intervals[1]).all()
+
+
+# --- BoN-equivalent compute ----------------------------------------------------------------
+
+
 def test_log_compute_interpolation_on_a_known_curve():
     compute, score = [1, 2, 4, 8], [100, 120, 140, 160]
-    value, status = interpolate_log_compute(compute, score, 130)
-    assert status == "interpolated"
+    value, status, extrapolated = interpolate_log_compute(compute, score, 130)
+    assert status == "interpolated" and math.isnan(extrapolated)
     assert value == pytest.approx(math.sqrt(2 * 4))  # halfway between 2 and 4 in log space
-    assert interpolate_log_compute(compute, score, 160) == (pytest.approx(8.0), "interpolated")
-    assert interpolate_log_compute(compute, score, 100) == (pytest.approx(1.0), "interpolated")
 
 
-def test_interpolation_outside_the_curve_is_flagged_not_extrapolated():
+def test_an_exact_hit_returns_that_points_compute():
+    compute, score = [1, 2, 4, 8], [100, 120, 140, 160]
+    for target, expected in [(100, 1.0), (120, 2.0), (140, 4.0), (160, 8.0)]:
+        found = interpolate_log_compute(compute, score, target)
+        assert (found.compute, found.status) == (pytest.approx(expected), "interpolated")
+
+
+def test_outside_the_curve_is_flagged_and_extrapolated_separately():
     compute, score = [1, 2, 4], [100, 120, 140]
-    below, below_status = interpolate_log_compute(compute, score, 90)
-    above, above_status = interpolate_log_compute(compute, score, 150)
-    assert math.isnan(below) and below_status == "below_range"
-    assert math.isnan(above) and above_status == "above_range"
+    below = interpolate_log_compute(compute, score, 90)
+    above = interpolate_log_compute(compute, score, 150)
+    assert math.isnan(below.compute) and below.status == "below_range"
+    assert math.isnan(above.compute) and above.status == "above_range"
+    # The line through the first two points: 20 points per doubling, so 10 below 100 is 2^-0.5.
+    assert below.extrapolated == pytest.approx(2 ** -0.5)
+    # Through the last two: 10 above 140 is half a doubling past 4.
+    assert above.extrapolated == pytest.approx(4 * 2 ** 0.5)
 
 
-def test_interpolation_uses_the_cheapest_crossing_of_a_non_monotone_curve():
+def test_a_non_monotone_curve_is_walked_in_compute_order():
+    compute, score = [1, 2, 4, 8], [100, 90, 120, 130]
+    # Below Bo-N_min's 100 is below range even though the 2× point dips to 90.
+    found = interpolate_log_compute(compute, score, 95)
+    assert found.status == "below_range" and math.isnan(found.compute)
+    assert math.isnan(found.extrapolated)  # the first two points fall: no line to extrapolate
+    # 105: the first point reaching it is 4× (120), the one before it 2× (90): halfway in score.
+    found = interpolate_log_compute(compute, score, 105)
+    assert found.status == "interpolated" and found.compute == pytest.approx(2 ** 1.5)
     # Unsorted input; in compute order the scores are 100, 150, 140, 160.
-    value, _ = interpolate_log_compute([4, 1, 8, 2], [140, 100, 160, 150], 145)
-    assert value == pytest.approx(2 ** 0.9)  # 45/50 of the way from 1 to 2 in log space
+    value, status, _ = interpolate_log_compute([4, 1, 8, 2], [140, 100, 160, 150], 145)
+    assert status == "interpolated" and value == pytest.approx(2 ** 0.9)  # 45/50 from 1 to 2
+
+
+def test_degenerate_curves_and_targets():
+    assert interpolate_log_compute([], [], 1.0).status == "no_curve"
+    assert interpolate_log_compute([1, 2], [1.0, 2.0], math.nan).status == "no_score"
+    assert interpolate_log_compute([1, math.nan, 4], [1.0, 5.0, 3.0], 2.0).compute == pytest.approx(2.0)
+
+
+def test_the_vectorised_location_agrees_with_the_scalar_one():
+    rng = np.random.default_rng(8)
+    compute = np.sort(rng.uniform(0.5, 40, size=(5, 300)), axis=0)
+    score = 100 + np.cumsum(rng.normal(10, 12, size=(5, 300)), axis=0)
+    targets = rng.uniform(80, 170, size=300)
+    located, status, extrapolated = locate_on_curves(compute, score, targets)
+    for r in range(300):
+        one = interpolate_log_compute(compute[:, r], score[:, r], targets[r])
+        assert one.status == status[r]
+        np.testing.assert_allclose([one.compute, one.extrapolated], [located[r], extrapolated[r]])
+    assert {"interpolated", "below_range", "above_range"} <= set(status)
 
 
 def test_bon_equivalent_compute_of_the_sr_run():
-    located = bon_equivalent_compute(method_summary(hand_runs()))
+    runs = hand_runs()
+    located = bon_equivalent_compute(method_summary(runs), draws=bootstrap_draws(runs))
     assert located["method_label"].tolist() == ["SR α=0.5"]
     row = located.iloc[0]
     # SR's 162.5 lies between Bo32 (4, 145) and Bo128 (16, 200).
@@ -132,6 +375,43 @@ def test_bon_equivalent_compute_of_the_sr_run():
     assert row["bon_equivalent_status"] == "interpolated"
     assert row["bon_equivalent_compute"] == pytest.approx(expected)
     assert row["compute_speedup"] == pytest.approx(expected / 2.0)
+    assert math.isnan(row["bon_equivalent_compute_extrapolated"])
+    # SR is between Bo32 and Bo128 on both prompts, so on every resample.
+    assert row["bon_equivalent_in_range_frac"] == 1.0
+    assert row["bon_equivalent_compute_lo"] <= expected <= row["bon_equivalent_compute_hi"]
+
+
+def test_bon_equivalent_compute_above_the_largest_bon():
+    runs = hand_runs({"p1": (1.0, 2.0, 3.0, 4.0), "p2": (0.0, 4.0, 10.0, 12.0)})
+    located = bon_equivalent_compute(method_summary(runs), draws=bootstrap_draws(runs)).iloc[0]
+    # SR: p1 100·(1 + 3/2) = 250, p2 100·(1 + 12/10) = 220 → 235 > Bo128's 200.
+    assert located["bon_equivalent_status"] == "above_range"
+    assert math.isnan(located["bon_equivalent_compute"]) and math.isnan(located["compute_speedup"])
+    expected = 16 * 4 ** ((235 - 200) / (200 - 145))
+    assert located["bon_equivalent_compute_extrapolated"] == pytest.approx(expected)
+    assert located["compute_speedup_extrapolated"] == pytest.approx(expected / 2.0)
+    assert located["bon_equivalent_in_range_frac"] == 0.0
+    assert math.isnan(located["bon_equivalent_compute_lo"])
+
+
+def test_bon_equivalent_compute_per_group_with_partial_coverage():
+    runs = random_runs(seed=11)
+    grouped = pd.concat([runs.assign(pair="A"), random_runs(seed=12).assign(pair="B")])
+    summary = method_summary(grouped, by=["pair"], n_resamples=300)
+    located = bon_equivalent_compute(summary, by=["pair"], draws=bootstrap_draws(grouped, by=["pair"], n_resamples=300))
+    assert located[["pair", "method_label"]].values.tolist() == [
+        ["A", "SR α=0.5"], ["A", "SR α=0.9"], ["B", "SR α=0.5"], ["B", "SR α=0.9"]]
+    assert located["bon_equivalent_in_range_frac"].between(0, 1).all()
+    inside = located[located["bon_equivalent_status"] == "interpolated"]
+    assert not inside.empty
+    assert (inside["bon_equivalent_compute_lo"] <= inside["bon_equivalent_compute_hi"]).all()
+    # Without draws: the point estimates only.
+    plain = bon_equivalent_compute(summary, by=["pair"])
+    pd.testing.assert_series_equal(plain["bon_equivalent_compute"], located["bon_equivalent_compute"])
+    assert plain["bon_equivalent_in_range_frac"].isna().all()
+
+
+# --- perplexity and labels -----------------------------------------------------------------
 
 
 def test_perplexity_is_exp_of_minus_the_mean_logprob():
@@ -142,7 +422,9 @@ def test_perplexity_is_exp_of_minus_the_mean_logprob():
 
 def test_mean_perplexity_of_returned_responses_per_configuration():
     runs = hand_runs().assign(perplexity=lambda frame: np.where(frame["prompt_id"] == "p1", 2.0, 4.0))
-    assert (by_label(method_summary(runs))["perplexity"] == 3.0).all()
+    summary = by_label(method_summary(runs))
+    assert (summary["perplexity"] == 3.0).all()
+    assert (summary["perplexity_lo"] >= 2.0).all() and (summary["perplexity_hi"] <= 4.0).all()
 
 
 def test_method_labels():

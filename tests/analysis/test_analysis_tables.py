@@ -9,7 +9,9 @@ from analysis.tables import (
     render_latex,
     render_markdown,
     table1_win_rates,
+    interval_note,
     table2_perplexity_speedup,
+    with_intervals,
     write_table,
 )
 
@@ -53,6 +55,42 @@ def test_table2_columns():
     table = table2_perplexity_speedup(summary)
     assert table.columns.tolist() == ["G PPL", "G Speedup", "Average PPL", "Average Speedup"]
     assert table.loc["SR α=0.5", "Average Speedup"] == 12.5
+
+
+SUMMARY_WITH_CI = pd.DataFrame({
+    "generator": ["G", "G", "H", "H"], "method_label": ["Bo120", "SR α=0.5"] * 2,
+    "perplexity": [3.2, 3.0, 4.0, 3.5], "perplexity_lo": [3.0, 2.9, 3.8, 3.1], "perplexity_hi": [3.4, 3.2, 4.3, 3.9],
+    "speedup_vs_largest_bon": [1.0, 12.5, 1.0, 20.0], "speedup_vs_largest_bon_lo": [1.0, 11.0, 1.0, 18.25],
+    "speedup_vs_largest_bon_hi": [1.0, 14.0, 1.0, float("nan")],
+})
+
+
+def test_table2_keeps_interval_ends_as_numbers_beside_each_value():
+    table = table2_perplexity_speedup(SUMMARY_WITH_CI)
+    assert table.columns.tolist() == [
+        "G PPL", "G PPL lo", "G PPL hi", "G Speedup", "G Speedup lo", "G Speedup hi",
+        "H PPL", "H PPL lo", "H PPL hi", "H Speedup", "H Speedup lo", "H Speedup hi",
+        "Average PPL", "Average Speedup"]
+    assert table.loc["SR α=0.5", "H Speedup lo"] == 18.25
+    assert table.loc["SR α=0.5", "Average Speedup"] == 16.25
+
+
+def test_intervals_are_shown_as_value_lo_hi():
+    shown = with_intervals(table2_perplexity_speedup(SUMMARY_WITH_CI), decimals=1)
+    assert shown.columns.tolist() == ["G PPL", "G Speedup", "H PPL", "H Speedup", "Average PPL", "Average Speedup"]
+    assert shown.loc["SR α=0.5", "G PPL"] == "3.0 [2.9, 3.2]"
+    assert shown.loc["SR α=0.5", "H Speedup"] == "20.0"  # an interval end is missing: the value alone
+    assert shown.loc["SR α=0.5", "Average PPL"] == "3.2"
+
+
+def test_write_table_with_intervals(tmp_path):
+    table = table2_perplexity_speedup(SUMMARY_WITH_CI)
+    csv, markdown, latex = write_table(table, tmp_path / "table2")
+    pd.testing.assert_frame_equal(pd.read_csv(csv, index_col="Method"), table, check_names=False)
+    assert "| SR α=0.5 | 3.0 [2.9, 3.2] | 12.5 [11.0, 14.0] | 3.5 [3.1, 3.9] | 20.0 | 3.2 | 16.2 |" in \
+        markdown.read_text().splitlines()
+    assert r"SR $\alpha$=0.5 & 3.0 [2.9, 3.2] & 12.5 [11.0, 14.0]" in latex.read_text()
+    assert "95% percentile intervals" in interval_note(0.95, 1000) and "1000 resamples" in interval_note(0.95, 1000)
 
 
 def test_markdown_rendering():

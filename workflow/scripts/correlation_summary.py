@@ -1,5 +1,6 @@
 """results/correlation/summary.csv: per pair and tau, the mean of each statistic across prompts
-with a bootstrap confidence interval (analysis.correlation.summarize_by_tau)."""
+with a bootstrap confidence interval (analysis.correlation.summarize_by_tau); Kendall as
+tau-a (`kendall`, the paper's Appendix B) and tau-b (`kendall_b`)."""
 
 import sys
 

@@ -1,5 +1,6 @@
-"""Figure 4: distribution across prompts of Pearson r and Kendall tau_b per decision token
-(analysis.figures.figure4_correlation_distributions) for one pair."""
+"""Figure 4: distribution across prompts of Pearson r and Kendall tau_a per decision token
+(analysis.figures.figure4_correlation_distributions) for one pair. Kendall is tau-a, the
+paper's Appendix B definition (tau-b is in the statistics CSV as kendall_b)."""
 
 import sys
 

@@ -1,11 +1,13 @@
 """Table 2 (perplexity and speedup per method and generator, under the table2_reward, the
-paper's log-prob reward) as CSV, Markdown and LaTeX, with a note on excluded prompts."""
+paper's log-prob reward) as CSV (values and interval ends as numbers), Markdown and LaTeX
+("value [lo, hi]": prompt-level paired bootstrap intervals from results/metrics/summary.csv),
+with notes on the intervals and on excluded prompts."""
 
 import sys
 
 import pandas as pd
 
-from analysis.tables import table2_perplexity_speedup, write_table
+from analysis.tables import interval_note, table2_perplexity_speedup, write_table
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 sys.path.insert(0, snakemake.scriptdir)  # noqa: F821
@@ -17,13 +19,16 @@ rows = summary[summary["pair"].isin(params.pairs)]
 notes = []
 if rows.empty:
     reason = f"not evaluated: no pair uses the reward {params.reward!r} (tables.table2_reward)"
+    blank = ["perplexity", "speedup_vs_largest_bon", "perplexity_lo", "perplexity_hi",
+             "speedup_vs_largest_bon_lo", "speedup_vs_largest_bon_hi"]
     rows = summary.drop_duplicates("method_label").assign(generator=summary["generator"].iloc[0],
-                                                          perplexity=float("nan"),
-                                                          speedup_vs_largest_bon=float("nan"))
+                                                          **dict.fromkeys(blank, float("nan")))
     notes.append(reason[0].upper() + reason[1:] + ".")
 table = table2_perplexity_speedup(rows)
 write_table(table, out.csv.removesuffix(".csv"))
 if notes:
     table.assign(status=notes[0]).to_csv(out.csv)
+elif {"confidence_level", "bootstrap_resamples"} <= set(rows.columns):
+    notes.append(interval_note(rows["confidence_level"].iloc[0], int(rows["bootstrap_resamples"].iloc[0])))
 notes.append(failed_note(snakemake.input.failed, params.pairs))  # noqa: F821
 add_notes(out.md, out.tex, [n for n in notes if n])
