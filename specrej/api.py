@@ -5,16 +5,17 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tqdm.auto import tqdm
 
 from .algorithms import Result, best_of_n, speculative_rejection
 from .engine import Engine, SamplingParams
+from .selection import DEFAULT_MAX_INIT_BATCH
 from .errors import SpecrejError
 from .io import PromptItem, RecordWriter, read_prompts
 from .models import load_generator
-from .rewards import Reward
+from .rewards import Response, Reward
 
 
 def load_engine(model: str = "default", *, dtype: str = "auto", device: str = "auto",
@@ -30,15 +31,36 @@ def prompt_seed(seed: int, prompt_id) -> int:
 def run_one(engine: Engine, reward: Reward, prompt: str, *, method: str, seed: int = 0,
             sampling: SamplingParams = SamplingParams(), n: int | None = None, alpha: float | None = None,
             batch_size: int | None = None, memory_budget: int | None = None, min_tokens: int = 8,
-            decision_tokens: Iterable[int] = ()) -> Result:
+            max_init_batch: int = DEFAULT_MAX_INIT_BATCH, decision_tokens: Iterable[int] = ()) -> Result:
     if method == "bon":
         return best_of_n(engine, reward, prompt, n=n, batch_size=batch_size, memory_budget=memory_budget,
                          sampling=sampling, seed=seed)
     if method == "sr":
         return speculative_rejection(engine, reward, prompt, alpha=alpha, init_batch_size=batch_size,
                                      memory_budget=memory_budget, sampling=sampling, seed=seed,
-                                     min_tokens=min_tokens, decision_tokens=decision_tokens)
+                                     min_tokens=min_tokens, max_init_batch=max_init_batch,
+                                     decision_tokens=decision_tokens)
     raise SpecrejError(f"unknown method {method!r}; choose bon or sr")
+
+
+class _ReportedReward:
+    """A reward whose own exceptions (a bug in a Python reward, a reward model failing on one
+    input) become a SpecrejError naming it: that prompt gets an error record, the others go on."""
+
+    def __init__(self, reward: Reward):
+        self.reward, self.name = reward, getattr(reward, "name", type(reward).__name__)
+
+    def score(self, prompt: str, responses: Sequence[Response]) -> list[float]:
+        try:
+            return self.reward.score(prompt, responses)
+        except SpecrejError:
+            raise
+        except Exception as error:  # not BaseException: Ctrl-C still stops the run
+            detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            raise SpecrejError(f"reward {self.name} failed: {detail}") from error
+
+    def __getattr__(self, attribute: str):
+        return getattr(self.reward, attribute)  # e.g. tokens_processed of a reward model
 
 
 def validate(method: str, n: int | None, alpha: float | None) -> None:
@@ -57,32 +79,35 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
                 progress: bool = True, **options) -> RecordWriter:
     """Run every prompt not yet in `out`, appending one record per prompt as it finishes.
 
-    A prompt that fails (empty, too long for the model, ...) gets an error record and the
-    others go on. `options` go to `run_one` (batch_size, memory_budget, min_tokens,
-    decision_tokens).
+    A prompt that fails (empty, too long for the model, its reward raised, ...) gets an error
+    record and the others go on; the returned (closed) writer's `errors` maps the prompt ids
+    that failed, in this run or an earlier one, to their errors. `out` is locked while the run
+    writes it (`io.output_lock`). `options` go to `run_one` (batch_size, memory_budget,
+    min_tokens, decision_tokens).
     """
     validate(method, n, alpha)
     items = read_prompts(prompts) if not isinstance(prompts, list) else prompts
     settings = {"method": method, "model": model_name, "reward": reward_name, "seed": seed,
                 **({"n": n} if method == "bon" else {"alpha": alpha}), **vars(sampling)}
-    writer = RecordWriter(out, settings)
-    todo = [item for item in items if item.prompt_id not in writer.done]
-    bar = tqdm(todo, desc=f"{method} {os.path.basename(os.fspath(out))}", unit="prompt", disable=not progress,
-               initial=len(items) - len(todo), total=len(items))
-    for item in bar:
-        params = {k: v for k, v in settings.items() if k != "method"}
-        params["prompt_seed"] = prompt_seed(seed, item.prompt_id)
-        try:
-            result = run_one(engine, reward, item.prompt, method=method, seed=params["prompt_seed"],
-                             sampling=sampling, n=n, alpha=alpha, **options)
-        except SpecrejError as error:
-            warnings.warn(f"prompt {item.prompt_id}: {error}", stacklevel=2)
-            writer.write({"prompt_id": item.prompt_id, "prompt": item.prompt, "method": method, "params": params,
-                          "error": str(error)})
-            continue
-        record = result.to_record(item.prompt_id)
-        record["params"] = {**record["params"], **params}
-        writer.write(record)
-        if record["best"]:
-            bar.set_postfix(best=f"{record['best']['score']:.3g}", s=f"{record['timing']['total_s']:.1f}")
+    reward = _ReportedReward(reward)
+    with RecordWriter(out, settings) as writer:
+        todo = [item for item in items if item.prompt_id not in writer.done]
+        bar = tqdm(todo, desc=f"{method} {os.path.basename(os.fspath(out))}", unit="prompt", disable=not progress,
+                   initial=len(items) - len(todo), total=len(items))
+        for item in bar:
+            params = {k: v for k, v in settings.items() if k != "method"}
+            params["prompt_seed"] = prompt_seed(seed, item.prompt_id)
+            try:
+                result = run_one(engine, reward, item.prompt, method=method, seed=params["prompt_seed"],
+                                 sampling=sampling, n=n, alpha=alpha, **options)
+            except SpecrejError as error:
+                warnings.warn(f"prompt {item.prompt_id}: {error}", stacklevel=2)
+                writer.write({"prompt_id": item.prompt_id, "prompt": item.prompt, "method": method,
+                              "params": params, "error": str(error)})
+                continue
+            record = result.to_record(item.prompt_id)
+            record["params"] = {**record["params"], **params}
+            writer.write(record)
+            if record["best"]:
+                bar.set_postfix(best=f"{record['best']['score']:.3g}", s=f"{record['timing']['total_s']:.1f}")
     return writer

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import __version__
 from .budget import parse_size
 from .errors import SpecrejError
+from .selection import DEFAULT_MAX_INIT_BATCH
 
 
 def _size(text: str) -> int:
@@ -42,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
         "generate", help="Best-of-N or Speculative Rejection over a prompt file, one JSONL record per prompt",
         description="Run Best-of-N (bon) or Speculative Rejection (sr) on every prompt of FILE and append one "
                     "JSON line per prompt to OUT as it finishes. Rerunning with the same OUT skips prompts already "
-                    "done.", formatter_class=argparse.ArgumentDefaultsHelpFormatter, parents=[runtime])
+                    "done. Exit status: 0 when at least one prompt succeeded (a failed prompt gets an error record), "
+                    "1 when every prompt failed, 2 for bad input.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter, parents=[runtime])
     gen.add_argument("--model", default="default",
                      help="generator: Hugging Face id, local directory, .gguf file, or 'default' (SmolLM2-135M-Instruct)")
     gen.add_argument("--reward", default="logprob",
@@ -55,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--memory-budget", type=_size,
                      help="KV-cache budget, e.g. 2GiB (default: CUDA free memory minus a margin; CPU: 1/4 of free RAM, at most 1GiB)")
     gen.add_argument("--min-tokens", type=int, default=8, help="SR: tokens generated before the first rejection")
+    gen.add_argument("--max-init-batch", type=int, default=DEFAULT_MAX_INIT_BATCH,
+                     help="SR: cap on the default b_init = min(this, KV capacity // --min-tokens); the official "
+                          "code's 1000 (default: %(default)s)")
     gen.add_argument("--decision-tokens", type=_ints, default=[],
                      help="SR: extra decision tokens at fixed lengths, e.g. 16,32,64 (for studies)")
     gen.add_argument("--max-new-tokens", type=int, default=256)
@@ -63,7 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--prompts", required=True, metavar="FILE", help=".json, .jsonl or .txt prompts")
-    gen.add_argument("--out", required=True, metavar="OUT.jsonl")
+    gen.add_argument("--out", required=True, metavar="OUT.jsonl",
+                     help="appended to; locked (OUT.jsonl.lock) while a run writes it, so a second run on it is "
+                          "refused")
+    gen.add_argument("--exit-zero", action="store_true",
+                     help="exit 0 even when every prompt failed (e.g. a workflow job whose prompts may all fail: "
+                          "their error records are its result); by default that exits 1")
 
     prefixes = commands.add_parser(
         "score-prefixes", help="score the first tau tokens of every response of a run (prefix table, parquet)",
@@ -84,47 +96,88 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the generator whose tokenizer decodes the prefixes (only its tokenizer is loaded; "
                                "not needed for logprob); default: the records' params.model")
 
-    summary = commands.add_parser("summary", help="print one line per prompt of a trajectories file",
-                                  description="Print the best response and the cost of each prompt of a JSONL run.")
+    summary = commands.add_parser("summary", help="print each prompt's chosen response, score and cost",
+                                  description="For each prompt of a JSONL run: its score and cost, the prompt "
+                                              "(one line, shortened) and the chosen response (in full unless "
+                                              "--max-chars), or its error.")
     summary.add_argument("runs", nargs="+", metavar="RUN.jsonl")
+    summary.add_argument("--max-chars", type=int, metavar="N", help="show at most N characters of each response")
     return parser
+
+
+PROMPT_WIDTH = 70  # the prompt on one 80-column line: the response is what a reader opens the file for
+
+
+def _one_line(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _shorten(text: str, limit: int | None) -> str:
+    return text if limit is None or len(text) <= limit else f"{text[:limit]}... [{len(text) - limit} more characters]"
 
 
 def summarize(args: argparse.Namespace) -> None:
     from .io import read_records
 
+    if args.max_chars is not None and args.max_chars < 1:
+        raise SpecrejError(f"--max-chars must be >= 1, got {args.max_chars}")
     for path in args.runs:
         records = read_records(path)
         if not records:
             raise SpecrejError(f"no complete records in {path}")
-        print(f"== {path}: {len(records)} prompts")
+        failed = sum("error" in r for r in records)
+        print(f"== {path}: {len(records)} prompts" + (f", {failed} failed" if failed else "") + "\n")
         for r in records:
+            prompt = f"  prompt: {_one_line(r['prompt'], PROMPT_WIDTH)}"
             if "error" in r:
-                print(f"[{r['prompt_id']}] ERROR {r['error']}")
+                print(f"[{r['prompt_id']}] ERROR {r['error']}\n{prompt}\n")
                 continue
-            best = r["best"] or {"score": float("nan"), "num_tokens": 0, "text": "(no complete response)"}
-            print(f"[{r['prompt_id']}] score {best['score']:.4g} | {len(r['candidates'])} candidates, "
-                  f"{len(r['rounds'])} rounds | {r['tokens']['generated']} tokens in {r['timing']['total_s']:.1f}s "
+            best = r["best"]
+            print(f"[{r['prompt_id']}] score {best['score'] if best else float('nan'):.4g} | "
+                  f"{r.get('num_candidates', len(r['candidates']))} candidates, {len(r['rounds'])} rounds | "
+                  f"{r['tokens']['generated']} tokens in {r['timing']['total_s']:.1f}s "
                   f"(score {r['timing']['score_s']:.1f}s) | peak KV {r['peak_kv_bytes'] / 2**20:.1f} MiB")
-            print("    " + best["text"].strip().replace("\n", "\n    ")[:400])
+            print(prompt)
+            if best is None:
+                print("  response: none completed\n")
+                continue
+            text = _shorten(best["text"].strip(), args.max_chars)  # indented, so each record stands apart
+            print(f"  response ({best['num_tokens']} tokens):\n    " + text.replace("\n", "\n    ") + "\n")
 
 
-def generate(args: argparse.Namespace) -> None:
+def generate(args: argparse.Namespace) -> int:
     from .api import load_engine, run_prompts, validate
     from .engine import SamplingParams
-    from .io import read_prompts
+    from .io import output_lock, read_prompts
     from .rewards import load_reward
 
     validate(args.method, args.n, args.alpha)  # bad settings fail before minutes of model loading
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
     prompts = read_prompts(args.prompts)
-    engine = load_engine(args.model, dtype=args.dtype, device=args.device, trust_remote_code=args.trust_remote_code)
-    reward = load_reward(args.reward, dtype=args.dtype, device=args.device, trust_remote_code=args.trust_remote_code,
-                         batch_size=args.reward_batch_size)
-    run_prompts(prompts, args.out, engine=engine, reward=reward, method=args.method, model_name=args.model,
-                reward_name=args.reward, seed=args.seed, sampling=sampling, n=args.n, alpha=args.alpha,
-                batch_size=args.batch_size, memory_budget=args.memory_budget, min_tokens=args.min_tokens,
-                decision_tokens=args.decision_tokens, progress=not args.no_progress)
+    if not prompts:
+        raise SpecrejError(f"no prompts in {args.prompts}")
+    with output_lock(args.out):  # a second run on OUT is refused before it loads any model
+        engine = load_engine(args.model, dtype=args.dtype, device=args.device,
+                             trust_remote_code=args.trust_remote_code)
+        reward = load_reward(args.reward, dtype=args.dtype, device=args.device,
+                             trust_remote_code=args.trust_remote_code, batch_size=args.reward_batch_size)
+        writer = run_prompts(prompts, args.out, engine=engine, reward=reward, method=args.method,
+                             model_name=args.model, reward_name=args.reward, seed=args.seed, sampling=sampling,
+                             n=args.n, alpha=args.alpha, batch_size=args.batch_size,
+                             memory_budget=args.memory_budget, min_tokens=args.min_tokens,
+                             max_init_batch=args.max_init_batch, decision_tokens=args.decision_tokens,
+                             progress=not args.no_progress)
+    failed = [(item.prompt_id, writer.errors[item.prompt_id]) for item in prompts if item.prompt_id in writer.errors]
+    if failed and len(failed) == len(prompts):
+        prompt_id, error = failed[0]
+        print(f"specrej: {len(failed)} of {len(prompts)} prompts failed: prompt {prompt_id}: {error} "
+              f"(error records in {args.out})", file=sys.stderr)
+        return 0 if args.exit_zero else 1
+    if failed:
+        print(f"specrej: {len(failed)} of {len(prompts)} prompts failed (see error records in {args.out})",
+              file=sys.stderr)
+    return 0
 
 
 def score_prefixes(args: argparse.Namespace) -> None:
@@ -139,11 +192,13 @@ def score_prefixes(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        {"generate": generate, "score-prefixes": score_prefixes, "summary": summarize}[args.command](args)
+        return {"generate": generate, "score-prefixes": score_prefixes, "summary": summarize}[args.command](args) or 0
     except SpecrejError as error:
         print(f"specrej: error: {error}", file=sys.stderr)
         return 2
-    return 0
+    except BrokenPipeError:  # `specrej summary RUN.jsonl | head`: the reader left early
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout again at exit
+        return 1
 
 
 if __name__ == "__main__":

@@ -13,8 +13,11 @@ Scores of -inf are written as -Infinity (Python's json reads them back).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,8 +87,22 @@ def _prompt_item(entry, index: int, path: Path) -> PromptItem:
 
 
 def read_records(path: str | os.PathLike) -> list[dict]:
-    """Complete trajectory records of a JSONL file (a torn last line is ignored)."""
-    return [json.loads(line) for line in _complete_lines(Path(path))]
+    """Complete trajectory records of a JSONL file (a torn last line is ignored).
+
+    A prompt_id found twice is an error: two runs appended to the same file.
+    """
+    return _unique([json.loads(line) for line in _complete_lines(Path(path))], path)
+
+
+def _unique(records: list[dict], path) -> list[dict]:
+    seen = set()
+    for record in records:
+        key = json.dumps(record["prompt_id"])  # the id as written: 1 and "1" differ
+        if key in seen:
+            raise SpecrejError(f"{path} holds prompt {key} twice: two runs wrote to it at once; "
+                               "rerun into a new file")
+        seen.add(key)
+    return records
 
 
 def _complete_lines(path: Path) -> list[bytes]:
@@ -104,24 +121,72 @@ def _complete_lines(path: Path) -> list[bytes]:
     return lines
 
 
+_held_locks: set[str] = set()  # lock files this process holds (see output_lock)
+
+
+@contextmanager
+def output_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold PATH.lock exclusively (flock) while writing PATH: two processes appending to one
+    output would each run every prompt. A second process is refused at once, with the pid of
+    the first. Re-entrant within a process, so `specrej generate` can take it before loading
+    models and its RecordWriter inside again. The lock goes when the process dies."""
+    lock = os.path.realpath(f"{os.fspath(path)}.lock")
+    if lock in _held_locks:
+        yield
+        return
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    while True:
+        handle = open(lock, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            pid = handle.read().strip() or "unknown"
+            handle.close()
+            raise SpecrejError(f"another specrej process is writing {path} (pid {pid}); "
+                               "wait for it or choose another --out") from None
+        try:  # the holder we waited on may have removed the file we opened: then lock the new one
+            if os.path.samestat(os.fstat(handle.fileno()), os.stat(lock)):
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()
+    handle.truncate(0)
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    _held_locks.add(lock)
+    try:
+        yield
+    finally:
+        _held_locks.discard(lock)
+        os.unlink(lock)  # while still locked, so no one else can be holding this file
+        handle.close()
+
+
 class RecordWriter:
     """Appends one JSON line per prompt, each in one write + fsync, so a killed run leaves only
-    complete lines; reopening repairs a torn tail and reports which prompts are done."""
+    complete lines; reopening repairs a torn tail and reports which prompts are done.
+
+    It holds `output_lock(path)` until `close()` (or the end of a `with` block).
+    """
 
     def __init__(self, path: str | os.PathLike, settings: dict):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lines = _complete_lines(self.path)
-        if self.path.exists() and sum(map(len, lines)) != self.path.stat().st_size:
-            self.path.write_bytes(b"".join(lines))  # drop the torn tail of a killed run
-        records = [json.loads(line) for line in lines]
-        for record in records[:1]:
-            previous = {"method": record.get("method"), **record.get("params", {})}
-            changed = [k for k in ("method", *RESUME_KEYS) if previous.get(k) != settings.get(k)]
-            if changed:
-                raise SpecrejError(f"{self.path} holds results made with other settings ({', '.join(changed)}); "
-                                   "use another --out or delete it")
+        with ExitStack() as stack:
+            stack.enter_context(output_lock(self.path))
+            lines = _complete_lines(self.path)
+            if self.path.exists() and sum(map(len, lines)) != self.path.stat().st_size:
+                self.path.write_bytes(b"".join(lines))  # drop the torn tail of a killed run
+            records = _unique([json.loads(line) for line in lines], self.path)
+            for record in records[:1]:
+                previous = {"method": record.get("method"), **record.get("params", {})}
+                changed = [k for k in ("method", *RESUME_KEYS) if previous.get(k) != settings.get(k)]
+                if changed:
+                    raise SpecrejError(f"{self.path} holds results made with other settings "
+                                       f"({', '.join(changed)}); use another --out or delete it")
+            self._lock = stack.pop_all()
         self.done = {record["prompt_id"] for record in records}
+        self.errors = {record["prompt_id"]: record["error"] for record in records if "error" in record}
 
     def write(self, record: dict) -> None:
         line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
@@ -130,13 +195,27 @@ class RecordWriter:
             handle.flush()
             os.fsync(handle.fileno())
         self.done.add(record["prompt_id"])
+        if "error" in record:
+            self.errors[record["prompt_id"]] = record["error"]
+
+    def close(self) -> None:
+        self._lock.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
-def merge_shards(records: list[dict]) -> dict:
+def merge_shards(records: list[dict], all_candidates: bool = False) -> dict:
     """One Best-of-N record from the records of its k shards (the same prompt, distinct seeds).
 
     The paper runs Bo3840 as 32 GPUs x Bo120: the merged record keeps the best response over
-    the shards, and only that candidate (its id renumbered shard * shard_size + id).
+    the shards, and only that candidate (its id renumbered shard * shard_size + id), and the
+    lowest final score over all shards as `worst` (eq. 8 divides by the best minus the worst).
+    With `all_candidates` every shard's candidates are kept, renumbered the same way: the pooled
+    responses the correlation study reads (one large run, subsampled by shard).
     `params.shards` = k and `timing.total_s` is the mean shard time, so shards x total_s (the
     compute of `analysis.metrics`) is the summed shard time. A prompt that failed in any shard
     becomes an error record naming the shards' errors.
@@ -149,6 +228,7 @@ def merge_shards(records: list[dict]) -> dict:
     if errors:
         return {**base, "error": "; ".join(errors)}
     answered = [(k, r) for k, r in enumerate(records) if r.get("best")]
+    worsts = [r["worst"]["score"] for r in records if r.get("worst")]
     best_shard, best_record = max(answered, key=lambda kr: kr[1]["best"]["score"], default=(None, None))
     candidates, best = [], None
     if best_record is not None:
@@ -156,6 +236,9 @@ def merge_shards(records: list[dict]) -> dict:
         best = {**best_record["best"], "candidate_id": best_record["best"]["candidate_id"] + offset}
         chosen = next(c for c in best_record["candidates"] if c["id"] == best_record["best"]["candidate_id"])
         candidates = [{**chosen, "id": chosen["id"] + offset}]
+    if all_candidates:
+        candidates = [{**c, "id": c["id"] + k * params["shard_size"]} for k, r in enumerate(records)
+                      for c in r["candidates"]]
 
     def mean(key: str) -> float:
         return sum(r["timing"][key] for r in records) / len(records)
@@ -163,6 +246,7 @@ def merge_shards(records: list[dict]) -> dict:
     return {
         **base,
         "best": best,
+        "worst": {"score": min(worsts)} if worsts else None,  # eq. 8's min over all N candidates
         "candidates": candidates,
         "num_candidates": sum(len(r["candidates"]) for r in records),
         "rounds": [],

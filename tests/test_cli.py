@@ -1,11 +1,26 @@
-"""`specrej generate` end to end on the tiny models: records, bad input, resume."""
+"""`specrej generate` end to end on the tiny models: records, bad input, failures, resume, locking;
+`specrej summary`."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from specrej.cli import main
-from specrej.io import read_records
+from specrej.io import output_lock, read_records
+
+
+def fails_on_gravity(prompt, responses):
+    """A Python reward (`python:test_cli:fails_on_gravity`) with a bug that one prompt hits."""
+    if "gravity" in prompt:
+        raise ValueError("no physics here")
+    return [float(len(r)) for r in responses]
+
+
+def interrupted(prompt, responses):
+    raise KeyboardInterrupt
 
 
 def generate(generator_dir, prompts, out, *extra):
@@ -74,7 +89,7 @@ def test_unreadable_prompt_file(generator_dir, tmp_path, capsys):
     assert "prompts file not found" in capsys.readouterr().err
 
 
-def test_empty_and_too_long_prompts_get_error_records_and_others_continue(generator_dir, tmp_path):
+def test_empty_and_too_long_prompts_get_error_records_and_others_continue(generator_dir, tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ["List three fruits.", "", "sea " * 400, "Hi"]))
     with pytest.warns(UserWarning, match="prompt 1: empty prompt"):
@@ -82,6 +97,102 @@ def test_empty_and_too_long_prompts_get_error_records_and_others_continue(genera
     records = read_records(tmp_path / "o.jsonl")
     assert [("error" in r) for r in records] == [False, True, True, False]
     assert "empty prompt" in records[1]["error"] and "context" in records[2]["error"]
+    assert f"2 of 4 prompts failed (see error records in {tmp_path / 'o.jsonl'})" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", [["--method", "bon", "--n", "3"], ["--method", "sr", "--alpha", "0.5"]])
+def test_a_python_reward_that_raises_fails_only_its_prompt(generator_dir, prompts_file, tmp_path, capsys, method):
+    out = tmp_path / "o.jsonl"
+    with pytest.warns(UserWarning, match="prompt 1: reward"):
+        assert generate(generator_dir, prompts_file, out, *method, "--batch-size", "4",
+                        "--reward", "python:test_cli:fails_on_gravity") == 0
+    records = read_records(out)
+    assert [("error" in r) for r in records] == [False, True, False]
+    assert records[1]["error"] == "reward python:test_cli:fails_on_gravity failed: ValueError: no physics here"
+    assert records[1]["prompt"] == "Explain gravity to a child."
+    assert "1 of 3 prompts failed" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_a_reward_still_stops_the_run(generator_dir, prompts_file, tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        generate(generator_dir, prompts_file, tmp_path / "o.jsonl", "--method", "bon", "--n", "2",
+                 "--reward", "python:test_cli:interrupted")
+    assert read_records(tmp_path / "o.jsonl") == [] and not (tmp_path / "o.jsonl.lock").exists()
+
+
+def test_a_reward_model_failing_on_one_input_fails_only_its_prompt(generator_dir, reward_model_dir, prompts_file,
+                                                                    tmp_path, monkeypatch):
+    from transformers import AutoTokenizer, LlamaForSequenceClassification
+
+    tokenizer, forward = AutoTokenizer.from_pretrained(reward_model_dir), LlamaForSequenceClassification.forward
+
+    def forward_failing_on_gravity(self, input_ids=None, **kwargs):  # as a real model failing on one input would
+        if any("gravity" in text for text in tokenizer.batch_decode(input_ids)):
+            raise RuntimeError("CUDA error: device-side assert triggered")
+        return forward(self, input_ids=input_ids, **kwargs)
+
+    monkeypatch.setattr(LlamaForSequenceClassification, "forward", forward_failing_on_gravity)
+    out = tmp_path / "o.jsonl"
+    with pytest.warns(UserWarning, match="prompt 1: reward"):
+        assert generate(generator_dir, prompts_file, out, "--method", "bon", "--n", "2",
+                        "--reward", str(reward_model_dir)) == 0
+    records = read_records(out)
+    assert [("error" in r) for r in records] == [False, True, False]
+    assert records[1]["error"] == (f"reward {reward_model_dir} failed: RuntimeError: "
+                                   "CUDA error: device-side assert triggered")
+
+
+def test_when_every_prompt_fails_the_run_says_so_and_exits_1(generator_dir, prompts_file, tmp_path, capsys):
+    out = tmp_path / "o.jsonl"
+    with pytest.warns(UserWarning, match="memory budget"):
+        assert generate(generator_dir, prompts_file, out, "--method", "bon", "--n", "2",
+                        "--memory-budget", "1KiB") == 1
+    err = capsys.readouterr().err
+    assert "specrej: 3 of 3 prompts failed: prompt 0: the memory budget of 1.0 KiB" in err
+    assert "Traceback" not in err and len(read_records(out)) == 3
+    # resuming finds nothing to do and reports the same; --exit-zero makes it a success
+    assert generate(generator_dir, prompts_file, out, "--method", "bon", "--n", "2", "--memory-budget", "1KiB") == 1
+    assert "3 of 3 prompts failed" in capsys.readouterr().err
+    assert generate(generator_dir, prompts_file, out, "--method", "bon", "--n", "2", "--memory-budget", "1KiB",
+                    "--exit-zero") == 0
+
+
+def test_a_prompt_file_without_prompts_is_refused(generator_dir, tmp_path, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n  \n")
+    assert generate(generator_dir, prompts, tmp_path / "o.jsonl", "--method", "bon", "--n", "2") == 2
+    assert f"no prompts in {prompts}" in capsys.readouterr().err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def cli_process(generator_dir, prompts, out) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "specrej.cli", "generate", "--model", str(generator_dir), "--prompts", str(prompts),
+         "--out", str(out), "--method", "bon", "--n", "4", "--max-new-tokens", "16", "--memory-budget", "64MiB",
+         "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_second_process_on_the_same_out_is_refused_at_once(generator_dir, prompts_file, tmp_path):
+    out = tmp_path / "o.jsonl"
+    with output_lock(out):  # this test process plays the first run
+        child = cli_process(generator_dir, prompts_file, out)
+        _, err = child.communicate(timeout=120)
+    assert child.returncode == 2, err
+    assert err.strip() == (f"specrej: error: another specrej process is writing {out} (pid {os.getpid()}); "
+                           "wait for it or choose another --out")
+    assert not out.exists() and not (tmp_path / "o.jsonl.lock").exists()
+
+
+def test_two_processes_started_together_write_each_prompt_once(generator_dir, prompts_file, tmp_path):
+    out = tmp_path / "o.jsonl"
+    children = [cli_process(generator_dir, prompts_file, out) for _ in range(2)]
+    errs = [child.communicate(timeout=300)[1] for child in children]
+    codes = sorted(child.returncode for child in children)
+    # one refused while the other ran, or (if one started late) it found every prompt done
+    assert codes in ([0, 2], [0, 0]), errs
+    assert [r["prompt_id"] for r in read_records(out)] == [0, 1, 2]
+    assert all("another specrej process is writing" in err for child, err in zip(children, errs)
+               if child.returncode == 2)
 
 
 def without_timing(line: bytes) -> dict:
@@ -120,3 +231,29 @@ def test_help_lists_every_option(capsys):
                    "--max-new-tokens", "--temperature", "--top-p", "--top-k", "--seed", "--trust-remote-code",
                    "--prompts", "--out", "--dtype"):
         assert option in text
+
+
+def test_summary_shows_each_prompt_and_its_chosen_response(generator_dir, tmp_path, capsys):
+    prompts, out = tmp_path / "p.json", tmp_path / "o.jsonl"
+    long_prompt = "Write a poem about the sea.\n" * 6
+    prompts.write_text(json.dumps([long_prompt, "", "List three fruits."]))
+    with pytest.warns(UserWarning, match="empty prompt"):
+        assert generate(generator_dir, prompts, out, "--method", "bon", "--n", "3") == 0
+    records = read_records(out)
+    capsys.readouterr()
+
+    assert main(["summary", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"== {out}: 3 prompts, 1 failed" in text
+    assert "  prompt: " + " ".join(long_prompt.split())[:67] + "...\n" in text  # on one line, shortened
+    assert "[1] ERROR empty prompt\n  prompt: \n" in text and "  prompt: List three fruits.\n" in text
+    for r in (records[0], records[2]):
+        assert f"[{r['prompt_id']}] score {r['best']['score']:.4g} | 3 candidates" in text
+        assert f"  response ({r['best']['num_tokens']} tokens):\n    " in text
+        assert "    " + r["best"]["text"].strip().replace("\n", "\n    ") in text  # in full
+
+    assert main(["summary", str(out), "--max-chars", "5"]) == 0
+    text = capsys.readouterr().out
+    best = records[2]["best"]["text"].strip()
+    assert f"    {best[:5]}... [{len(best) - 5} more characters]\n" in text
+    assert main(["summary", str(out), "--max-chars", "0"]) == 2

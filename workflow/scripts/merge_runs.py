@@ -10,15 +10,15 @@ from specrej.io import merge_shards, read_records
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 shards = int(snakemake.params.shards)  # noqa: F821
-records = [record for path in snakemake.input for record in read_records(path)]  # noqa: F821
-if shards > 1:
-    by_prompt = defaultdict(list)
-    for record in records:
+by_prompt = defaultdict(list)  # prompt -> its records, in order of first appearance (plan order)
+for path in snakemake.input:  # noqa: F821
+    for record in read_records(path):  # refuses a file holding a prompt twice
         by_prompt[json.dumps(record["prompt_id"])].append(record)
-    incomplete = {pid: len(group) for pid, group in by_prompt.items() if len(group) != shards}
-    if incomplete:
-        sys.exit(f"expected {shards} shard records per prompt, got {incomplete}")
-    records = [merge_shards(group) for group in by_prompt.values()]
+# one record per prompt and shard: a prompt in two chunk files would be counted twice
+wrong = {pid: len(group) for pid, group in by_prompt.items() if len(group) != shards}
+if wrong:
+    sys.exit(f"expected {shards} record(s) per prompt (one per shard), got {wrong}")
+records = [merge_shards(group) if shards > 1 else group[0] for group in by_prompt.values()]
 with open(snakemake.output[0], "w", encoding="utf-8") as out:  # noqa: F821
     out.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
 print(f"{len(records)} records, {shards} shard(s) each, from {len(snakemake.input)} files",  # noqa: F821
