@@ -41,6 +41,7 @@ rule all:
         expand("results/tables/table{i}.{ext}", i=[1, 2], ext=["csv", "md", "tex"]),
         expand("results/figures/figure{i}.{ext}", i=[2, 3, 4], ext=["png", "pdf"]),
         "results/correlation/summary.csv",
+        "results/summary.md",
         "results/failed_prompts.csv",
         merged_runs(),
 

@@ -15,7 +15,6 @@ or, for a prompt that failed, prompt_id, prompt, method, params and an ``error``
 Only the fields used below are required; ``specrej.io`` owns the full schema.
 """
 
-import json
 import math
 from collections.abc import Iterable
 from pathlib import Path

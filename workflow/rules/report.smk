@@ -116,3 +116,39 @@ rule figure4:
         runtime=res("analysis", "runtime"),
     script:
         "../scripts/figure4.py"
+
+
+rule headline:
+    """results/summary.md: per pair the best SR α (largest speedup at equal score inside the
+    Best-of-N range), the Best-of-N it equals, every α, and the tokens SR saved beside the
+    correlation study's oracle (analysis.headline); its numbers in results/metrics/headline.csv."""
+    input:
+        summary=f"{RESULTS}/metrics/summary.csv",
+        bon_equivalent=f"{RESULTS}/metrics/bon_equivalent.csv",
+        runs=f"{RESULTS}/metrics/runs.csv",
+        correlation=f"{RESULTS}/correlation/summary.csv",
+    output:
+        markdown=report(
+            f"{RESULTS}/summary.md",
+            caption="../report/headline.rst",
+            category="1. Headline",
+            labels={"table": "headline"},
+        ),
+        csv=f"{RESULTS}/metrics/headline.csv",
+    params:
+        improvement_normalization=config["tables"]["improvement_normalization"],
+        bootstrap_resamples=config["tables"]["bootstrap_resamples"],
+        confidence_level=config["tables"]["confidence_level"],
+        bootstrap_seed=config["tables"]["bootstrap_seed"],
+        correlation_resamples=config["correlation"]["n_resamples"],
+    log:
+        f"{RESULTS}/logs/headline.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/headline.tsv"
+    threads: 1
+    resources:
+        gpu=0,
+        mem_mb=res("analysis", "mem_mb"),
+        runtime=res("analysis", "runtime"),
+    script:
+        "../scripts/headline.py"

@@ -1,0 +1,542 @@
+"""The study's headline (``results/summary.md``): per pair, the best Speculative Rejection α,
+the Best-of-N it equals, the compute it saves at equal score, and the tokens it saves.
+
+Inputs are the workflow's analysis tables:
+
+- ``summary``: ``analysis.metrics.method_summary`` output (one row per pair and configuration);
+- ``bon_equivalent``: ``analysis.metrics.bon_equivalent_compute`` output (the SR rows, located
+  on their pair's Best-of-N curve, with bootstrap intervals);
+- ``runs``: the runs frame of ``analysis.io.best_responses_frame`` (one row per run and
+  prompt), for the tokens SR generated (``tokens_generated``, ``init_batch_size``,
+  ``first_decision_token``) and Best-of-N's mean response length
+  (``tokens_generated / num_candidates``);
+- ``correlation``: ``analysis.correlation.summarize_by_tau`` output with a ``pair`` column
+  (the oracle's ``tokens_saved_frac`` per decision token τ).
+
+Pairs are matched on the ``pair`` display label ("<generator> / <reward>"), the one key all
+four tables carry.  ``headline_table`` and ``token_savings`` return plain frames (written to
+``results/metrics/headline.csv``); ``render_headline_markdown`` turns them into the page.
+"""
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis._columns import require_columns
+from analysis.metrics import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    bootstrap_weights,
+    interpolate_log_compute,
+    method_label,
+    percentile_interval,
+)
+from analysis.tables import render_markdown
+
+PAIR = "pair"
+LABEL_COLUMNS = ("pair_key", "pair", "generator", "reward")
+BON_EQUIVALENT_COLUMNS = (
+    "pair", "method", "n", "alpha", "method_label", "improvement", "improvement_lo", "improvement_hi",
+    "relative_compute", "relative_compute_lo", "relative_compute_hi", "bon_equivalent_compute",
+    "bon_equivalent_status", "bon_equivalent_compute_extrapolated", "compute_speedup",
+    "compute_speedup_lo", "compute_speedup_hi", "bon_equivalent_compute_lo", "bon_equivalent_compute_hi",
+    "bon_equivalent_in_range_frac",
+)
+SUMMARY_COLUMNS = ("pair", "method", "n", "alpha", "improvement", "relative_compute")
+TOKEN_RUN_COLUMNS = ("pair", "method", "n", "alpha", "prompt_id", "tokens_generated", "num_candidates")
+CORRELATION_COLUMNS = ("pair", "tau", "metric", "mean", "ci_low", "ci_high", "n_prompts")
+SELECTED_BY_SPEEDUP = "highest compute_speedup among the α inside the Best-of-N range"
+SELECTED_BY_SCORE = "no α inside the Best-of-N range: highest improvement (out of range)"
+MISSING = "--"
+
+
+def headline_table(summary: pd.DataFrame, bon_equivalent: pd.DataFrame) -> pd.DataFrame:
+    """One row per pair and SR α: where SR lands on the Best-of-N curve, and which α is best.
+
+    The best α of a pair (``best`` True, ``selection`` says how) is the one with the highest
+    ``compute_speedup`` among those whose BoN-equivalent is ``"interpolated"`` (inside the
+    measured Best-of-N curve); when no α is inside, the one with the highest improvement,
+    with ``in_range`` False.  Ties go to the smaller α.
+
+    Equivalent N.  Relative compute 1 is Bo-N_min's compute, so ``equivalent_n`` =
+    ``bon_equivalent_compute`` × N_min (and likewise its interval and the extrapolated value)
+    is the Best-of-N whose compute the SR point matches, *assuming Best-of-N's compute is
+    proportional to N*: the workflow makes Bo-N above one shard from N / shard_size equal
+    shards, and counts shards × time.  Below one shard (a single batched run) the assumption
+    is looser; ``bon_ladder`` lists each Bo-N's measured relative compute beside N / N_min so
+    the reader can check it, and ``equivalent_n_by_score`` reads the same score off the
+    (N, improvement) curve directly (log-linear in N, no compute assumption).
+
+    Output columns: the pair labels present (pair_key, pair, generator, reward), method_label,
+    alpha, n (b_init), best, selection, in_range, improvement(_lo/_hi), relative_compute
+    (_lo/_hi), bon_equivalent_status, bon_equivalent_compute(_lo/_hi),
+    bon_equivalent_compute_extrapolated, equivalent_n(_lo/_hi), equivalent_n_extrapolated,
+    equivalent_n_by_score, compute_speedup(_lo/_hi), compute_speedup_extrapolated,
+    bon_equivalent_in_range_frac, bon_min_n, bon_max_n, bon_min_improvement,
+    bon_max_improvement, bon_ladder ("Bo8 1.0 (N ratio 1.0), Bo16 1.9 (N ratio 2.0), ..."), then n_prompts,
+    n_prompts_improvement, zero_spread_prompts, confidence_level, bootstrap_resamples when
+    the inputs carry them.
+    """
+    require_columns(summary, SUMMARY_COLUMNS, "method summary")
+    require_columns(bon_equivalent, BON_EQUIVALENT_COLUMNS, "BoN-equivalent table")
+    parts = []
+    for pair, sr in bon_equivalent[bon_equivalent["method"] == "sr"].groupby(PAIR, sort=False):
+        bon = summary[(summary[PAIR] == pair) & (summary["method"] == "bon")].sort_values("n")
+        if bon.empty:
+            raise ValueError(f"method summary has no Best-of-N rows for pair {pair!r}")
+        parts.append(_pair_headline(sr.sort_values("alpha").reset_index(drop=True), bon))
+    if not parts:
+        return pd.DataFrame(columns=[*LABEL_COLUMNS, "method_label", "alpha", "best"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def token_savings(
+    runs: pd.DataFrame,
+    correlation: pd.DataFrame | None = None,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence_level: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Tokens SR saved, next to the oracle bound of the correlation study, per pair and α.
+
+    Saved by SR, per prompt p: 1 − SR's tokens_generated / (b_init × L(p)), the share of the
+    tokens Best-of-b_init would generate running every candidate to completion on p.  L(p),
+    the mean response length, is tokens_generated / num_candidates of p's Best-of-N run with
+    the most candidates (the largest BoN: every shard's candidates).  Both counts are sampled
+    tokens, stop tokens included, so they compare like with like.  ``tokens_saved_frac`` is
+    the mean over the prompts on which every α of the pair and the Best-of-N reference have a
+    value, with a percentile interval from a prompt bootstrap (``bootstrap_weights``: the same
+    resamples for every α of a pair, so the α are compared on paired resamples).
+
+    Oracle: the correlation summary's ``tokens_saved_frac`` (the tokens an oracle saves by
+    stopping, at τ, every candidate scoring below the eventual best's partial score) at τ =
+    SR's first decision token: the most common ``first_decision_token`` over the prompts
+    (``rounds[0].decision_token``: SR decides when its memory budget fills, at or after
+    ``min_tokens``), or ``min_tokens`` when rounds were not recorded.  When that τ is not a
+    decision token of the correlation study, the nearest studied τ (the smaller on a tie)
+    stands in with ``oracle_tau_exact`` False; a pair without a correlation study gets NaN.
+
+    Output columns: pair, method_label, alpha, init_batch_size, min_tokens,
+    first_decision_token, first_decision_token_min, first_decision_token_max,
+    decision_token_source ("rounds" | "min_tokens"), reference_bon_n, n_prompts,
+    tokens_saved_frac, tokens_saved_frac_lo, tokens_saved_frac_hi, oracle_tau,
+    oracle_tau_exact, correlation_taus (comma-separated), oracle_tokens_saved_frac,
+    oracle_tokens_saved_frac_lo, oracle_tokens_saved_frac_hi, oracle_n_prompts,
+    confidence_level, bootstrap_resamples.
+    """
+    require_columns(runs, TOKEN_RUN_COLUMNS, "runs")
+    if correlation is not None:
+        require_columns(correlation, CORRELATION_COLUMNS, "correlation summary")
+    parts = []
+    for pair, rows in runs.groupby(PAIR, sort=False):
+        if (rows["method"] == "sr").any():
+            part = _pair_token_savings(rows, n_resamples, confidence_level, seed)
+            part.insert(0, PAIR, pair)
+            parts.append(_with_oracle(part, correlation))
+    if not parts:
+        return pd.DataFrame(columns=[PAIR, "method_label", "alpha", "tokens_saved_frac"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def render_headline_markdown(
+    headline: pd.DataFrame,
+    savings: pd.DataFrame | None = None,
+    normalization: str = "bon_min_range",
+    correlation_resamples: int | None = None,
+    title: str = "Speculative Rejection vs Best-of-N: headline",
+) -> str:
+    """The headline page: per pair a statement of the best α, the table of every α, the token
+    savings, and the notes a reader needs (prompts used, zero-spread prompts, out-of-range
+    points, the equal-N assumption); then the intervals' confidence level and resamples."""
+    intro = ("Per generator / reward pair: the best Speculative Rejection (SR) rejection rate α — the "
+             "largest speedup at equal score among the α whose score lies inside the measured "
+             "Best-of-N curve — then every α, then the tokens SR saves.")
+    lines = [f"# {title}", "", intro, ""]
+    score_name = "eq. 8" if normalization == "bon_min_range" else "improvement, Best-of-N-range normalisation"
+    for pair, rows in headline.groupby(PAIR, sort=False):
+        rows = rows.reset_index(drop=True)
+        lines += [f"## {pair}", "", _statement(rows, score_name), "", _alpha_table(rows).rstrip("\n"), ""]
+        if savings is not None and not savings.empty and pair in set(savings[PAIR]):
+            lines += [_token_line(savings[savings[PAIR] == pair].reset_index(drop=True)), ""]
+        lines += [f"- {note}" for note in _pair_notes(rows, score_name)] + [""]
+    lines += ["## Notes", ""] + [f"- {note}" for note in _global_notes(headline, savings, normalization,
+                                                                        correlation_resamples)]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------
+# headline_table
+# --------------------------------------------------------------------------------------
+
+
+def _pair_headline(sr: pd.DataFrame, bon: pd.DataFrame) -> pd.DataFrame:
+    n_min, n_max = int(bon["n"].iloc[0]), int(bon["n"].iloc[-1])
+    out = pd.DataFrame({column: sr[column] for column in LABEL_COLUMNS if column in sr.columns})
+    out["method_label"], out["alpha"], out["n"] = sr["method_label"], sr["alpha"], sr["n"]
+    status = sr["bon_equivalent_status"].astype(str)
+    out["in_range"] = status == "interpolated"
+    best = _best_row(sr, out["in_range"])
+    out["best"] = out.index == best
+    out["selection"] = SELECTED_BY_SPEEDUP if out["in_range"].any() else SELECTED_BY_SCORE
+    for column in ("improvement", "relative_compute"):
+        for suffix in ("", "_lo", "_hi"):
+            out[column + suffix] = sr[column + suffix].astype(float)
+    out["bon_equivalent_status"] = status
+    suffixes = ("", "_lo", "_hi", "_extrapolated")
+    for suffix in suffixes:
+        out[f"bon_equivalent_compute{suffix}"] = sr[f"bon_equivalent_compute{suffix}"].astype(float)
+    for suffix in suffixes:
+        out[f"equivalent_n{suffix}"] = out[f"bon_equivalent_compute{suffix}"] * n_min
+    out["equivalent_n_by_score"] = [
+        _locate_n(bon, target) for target in sr["improvement"].astype(float)]
+    for column in ("compute_speedup", "compute_speedup_lo", "compute_speedup_hi"):
+        out[column] = sr[column].astype(float)
+    out["compute_speedup_extrapolated"] = (sr["compute_speedup_extrapolated"].astype(float)
+                                           if "compute_speedup_extrapolated" in sr.columns
+                                           else out["bon_equivalent_compute_extrapolated"] / out["relative_compute"])
+    out["bon_equivalent_in_range_frac"] = sr["bon_equivalent_in_range_frac"].astype(float)
+    out["bon_min_n"], out["bon_max_n"] = n_min, n_max
+    out["bon_min_improvement"] = float(bon["improvement"].iloc[0])
+    out["bon_max_improvement"] = float(bon["improvement"].iloc[-1])
+    out["bon_ladder"] = ", ".join(f"Bo{int(n)} {_ratio(c)} (N ratio {_ratio(n / n_min)})"
+                                  for n, c in zip(bon["n"], bon["relative_compute"], strict=True))
+    for column in ("n_prompts", "n_prompts_improvement", "zero_spread_prompts", "confidence_level",
+                   "bootstrap_resamples"):
+        if column in sr.columns:
+            out[column] = sr[column]
+    if "zero_spread_prompts" in out.columns:
+        out["zero_spread_prompts"] = ["" if pd.isna(value) else str(value) for value in out["zero_spread_prompts"]]
+    return out
+
+
+def _best_row(sr: pd.DataFrame, in_range: pd.Series) -> int | None:
+    """Index of the best α: highest speedup inside the range, else highest improvement."""
+    if in_range.any():
+        candidates = sr.loc[in_range, "compute_speedup"].astype(float)
+    else:
+        candidates = sr["improvement"].astype(float)
+    candidates = candidates[np.isfinite(candidates)]
+    return None if candidates.empty else int(candidates.idxmax())  # idxmax: first (smallest α) on ties
+
+
+def _locate_n(bon: pd.DataFrame, target: float) -> float:
+    where = interpolate_log_compute(bon["n"].astype(float), bon["improvement"].astype(float), target)
+    return where.compute
+
+
+# --------------------------------------------------------------------------------------
+# token_savings
+# --------------------------------------------------------------------------------------
+
+
+def _pair_token_savings(runs: pd.DataFrame, n_resamples: int, confidence_level: float, seed: int) -> pd.DataFrame:
+    bon = runs[(runs["method"] == "bon") & (runs["num_candidates"] > 0)]
+    reference = bon.sort_values(["num_candidates", "n"]).drop_duplicates("prompt_id", keep="last")
+    length = (reference["tokens_generated"].astype(float) / reference["num_candidates"].astype(float))
+    length = length.set_axis(reference["prompt_id"])
+    sr = runs[runs["method"] == "sr"].copy()
+    b_init = sr["init_batch_size"] if "init_batch_size" in sr.columns else sr["n"]
+    sr["b_init"] = b_init.fillna(sr["n"]).astype(float)
+    denominator = sr["b_init"] * sr["prompt_id"].map(length)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sr["saved"] = 1.0 - sr["tokens_generated"].astype(float) / denominator.where(denominator > 0)
+    saved = sr.pivot(index="alpha", columns="prompt_id", values="saved").sort_index()
+    saved = saved.loc[:, np.isfinite(saved.to_numpy(dtype=float)).all(axis=0)]
+    values = saved.to_numpy(dtype=float)  # (alphas, prompts)
+    n_prompts = values.shape[1]
+    point = values.mean(axis=1) if n_prompts else np.full(len(saved), math.nan)
+    interval = np.full((len(saved), 2), math.nan)
+    if n_prompts and n_resamples:
+        weights = bootstrap_weights(n_prompts, n_resamples, seed).T.astype(float)  # (P, R)
+        interval = percentile_interval(values @ weights / n_prompts, confidence_level)
+    rows = []
+    for position, alpha in enumerate(saved.index):
+        mine = sr[sr["alpha"] == alpha]
+        token, low, high, source = _first_decision(mine)
+        rows.append({
+            "method_label": method_label("sr", 0, alpha), "alpha": alpha,
+            "init_batch_size": _single(mine["b_init"]),
+            "min_tokens": _single(mine["min_tokens"]) if "min_tokens" in mine.columns else math.nan,
+            "first_decision_token": token, "first_decision_token_min": low, "first_decision_token_max": high,
+            "decision_token_source": source,
+            "reference_bon_n": _single(reference["n"]) if not reference.empty else math.nan,
+            "n_prompts": n_prompts, "tokens_saved_frac": point[position],
+            "tokens_saved_frac_lo": interval[position, 0], "tokens_saved_frac_hi": interval[position, 1],
+            "confidence_level": confidence_level, "bootstrap_resamples": n_resamples,
+        })
+    return pd.DataFrame(rows)
+
+
+def _first_decision(sr: pd.DataFrame) -> tuple[float, float, float, str]:
+    """(most common first decision token, its min, its max, where it came from)."""
+    if "first_decision_token" in sr.columns:
+        tokens = sr["first_decision_token"].astype(float).dropna()
+        if not tokens.empty:
+            return float(tokens.mode().min()), float(tokens.min()), float(tokens.max()), "rounds"
+    if "min_tokens" in sr.columns:
+        tokens = sr["min_tokens"].astype(float).dropna()
+        if not tokens.empty:
+            return float(tokens.mode().min()), float(tokens.min()), float(tokens.max()), "min_tokens"
+    return math.nan, math.nan, math.nan, "unknown"
+
+
+def _single(values: pd.Series) -> float:
+    """The value of a column that should be constant (the largest when it is not)."""
+    values = values.astype(float).dropna()
+    return float(values.max()) if not values.empty else math.nan
+
+
+def _with_oracle(part: pd.DataFrame, correlation: pd.DataFrame | None) -> pd.DataFrame:
+    columns = ["oracle_tau", "oracle_tau_exact", "correlation_taus", "oracle_tokens_saved_frac",
+               "oracle_tokens_saved_frac_lo", "oracle_tokens_saved_frac_hi", "oracle_n_prompts"]
+    found = pd.DataFrame([dict.fromkeys(columns, math.nan)] * len(part))
+    found["oracle_tau_exact"], found["correlation_taus"] = False, ""
+    if correlation is not None:
+        oracle = correlation[(correlation[PAIR] == part[PAIR].iloc[0])
+                             & (correlation["metric"] == "tokens_saved_frac")].sort_values("tau")
+        taus = oracle["tau"].astype(float).to_numpy()
+        found["correlation_taus"] = ", ".join(f"{tau:g}" for tau in taus)
+        for row, token in enumerate(part["first_decision_token"]):
+            if not taus.size or not np.isfinite(token):
+                continue
+            nearest = int(np.argmin(np.abs(taus - token)))  # the smaller on a tie (taus are sorted)
+            hit = oracle.iloc[nearest]
+            found.loc[row, ["oracle_tau", "oracle_tokens_saved_frac", "oracle_tokens_saved_frac_lo",
+                            "oracle_tokens_saved_frac_hi", "oracle_n_prompts"]] = [
+                taus[nearest], hit["mean"], hit["ci_low"], hit["ci_high"], hit["n_prompts"]]
+            found.loc[row, "oracle_tau_exact"] = bool(taus[nearest] == token)
+    found["oracle_tau_exact"] = found["oracle_tau_exact"].astype(bool)
+    return pd.concat([part.drop(columns=["confidence_level", "bootstrap_resamples"]), found,
+                      part[["confidence_level", "bootstrap_resamples"]]], axis=1)
+
+
+# --------------------------------------------------------------------------------------
+# render_headline_markdown
+# --------------------------------------------------------------------------------------
+
+
+def _statement(rows: pd.DataFrame, score_name: str) -> str:
+    bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
+    bests = rows[rows["best"]]
+    if bests.empty:
+        return "No SR α has a finite score on this pair: nothing to compare."
+    best = bests.iloc[0]
+    score = (f"**{best['method_label']}** scores {_with_ci(best, 'improvement', _score)} "
+             f"({score_name}; {bon_min} = {_score(best['bon_min_improvement'])}) at "
+             f"{_with_ci(best, 'relative_compute', _ratio, '×')} {bon_min}'s compute")
+    if best["in_range"]:
+        speedup = best["compute_speedup"]
+        saving = (f"{_with_ci(best, 'compute_speedup', _ratio, '×')} less compute at equal score"
+                  if speedup >= 1 else
+                  f"a speedup of only {_with_ci(best, 'compute_speedup', _ratio, '×')} at equal score: "
+                  "Best-of-N reaches this score with less compute")
+        equivalent_n = f"Bo{_n(best['equivalent_n'])} [{_n(best['equivalent_n_lo'])}, {_n(best['equivalent_n_hi'])}]"
+        statement = (f"{score}; Best-of-N needs ≈ {_with_ci(best, 'bon_equivalent_compute', _ratio, '×')} "
+                     f"{bon_min}'s compute to match it (≈ {equivalent_n}): {saving}.")
+        if np.isfinite(best["bon_equivalent_in_range_frac"]):
+            statement += (f" It lands inside the Best-of-N curve in {_percent(best['bon_equivalent_in_range_frac'])} "
+                          "of the bootstrap resamples.")
+        higher = rows[~rows["in_range"] & (rows["improvement"] > best["improvement"])]
+        if not higher.empty:
+            statement += (f" {_join(higher['method_label'])} {'scores' if len(higher) == 1 else 'score'} higher but "
+                          "outside the measured Best-of-N range, so no speedup at equal score is measured for "
+                          f"{'it' if len(higher) == 1 else 'them'} (see the table and notes).")
+        return statement
+    return (f"No SR α lands inside the measured Best-of-N curve ({bon_min} = {_score(best['bon_min_improvement'])} "
+            f"to {bon_max} = {_score(best['bon_max_improvement'])}). The highest-scoring: {score}, "
+            f"{_where(best, bon_min, bon_max)}, so no measured Best-of-N matches it. {_extrapolation(best)}")
+
+
+def _join(labels: pd.Series) -> str:
+    labels = [f"**{label}**" for label in labels]
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
+def _where(row: pd.Series, bon_min: str, bon_max: str) -> str:
+    status = row["bon_equivalent_status"]
+    if status == "above_range":
+        return f"above the largest Best-of-N ({bon_max} = {_score(row['bon_max_improvement'])})"
+    if status == "below_range":
+        return f"below {bon_min} ({_score(row['bon_min_improvement'])}), the cheapest Best-of-N"
+    if status == "interpolated":
+        return "inside the Best-of-N range"
+    return {"no_curve": "not located: the Best-of-N curve has no usable point",
+            "no_score": "not located: its score is undefined"}.get(status, f"not located ({status})")
+
+
+def _extrapolation(row: pd.Series) -> str:
+    compute = row["bon_equivalent_compute_extrapolated"]
+    if not np.isfinite(compute):
+        return "The Best-of-N curve does not rise at that end, so no extrapolation is given."
+    return (f"Extending the end segment of the Best-of-N curve (extrapolated, not measured): "
+            f"≈ {_ratio(compute)}× Bo{int(row['bon_min_n'])}'s compute "
+            f"(≈ Bo{_n(row['equivalent_n_extrapolated'])}), "
+            f"a speedup of ≈ {_ratio(row['compute_speedup_extrapolated'])}× (extrapolated).")
+
+
+def _alpha_table(rows: pd.DataFrame) -> str:
+    bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
+    cells = {}
+    for _, row in rows.iterrows():
+        label = f"**{row['method_label']}** (best)" if row["best"] else row["method_label"]
+        inside = bool(row["in_range"])
+        extrapolated = "(extrapolated) "
+        cells[label] = {
+            "score": _with_ci(row, "improvement", _score),
+            f"compute (× {bon_min})": _with_ci(row, "relative_compute", _ratio),
+            f"BoN-equivalent compute (× {bon_min})": (
+                _with_ci(row, "bon_equivalent_compute", _ratio) if inside
+                else _maybe(extrapolated, row["bon_equivalent_compute_extrapolated"], _ratio)),
+            "≈ Best-of-N": (
+                f"Bo{_n(row['equivalent_n'])} [{_n(row['equivalent_n_lo'])}, {_n(row['equivalent_n_hi'])}]"
+                if inside else _maybe(extrapolated + "Bo", row["equivalent_n_extrapolated"], _n)),
+            "speedup at equal score": (
+                _with_ci(row, "compute_speedup", _ratio) if inside
+                else _maybe(extrapolated, row["compute_speedup_extrapolated"], _ratio)),
+            "in range (resamples)": _percent(row["bon_equivalent_in_range_frac"]),
+            "where": {"interpolated": "inside", "above_range": f"above {bon_max}",
+                      "below_range": f"below {bon_min}"}.get(row["bon_equivalent_status"],
+                                                             row["bon_equivalent_status"]),
+        }
+    table = pd.DataFrame.from_dict(cells, orient="index")
+    table.index.name = "SR"
+    return render_markdown(table)
+
+
+def _token_line(savings: pd.DataFrame) -> str:
+    first = savings.iloc[0]
+    token = first["first_decision_token"]
+    low, high = first["first_decision_token_min"], first["first_decision_token_max"]
+    if not np.isfinite(token):
+        decision = "SR's first decision token was not recorded"
+    else:
+        spread = f"; tokens {_n(low)}–{_n(high)} across prompts" if low != high else ""
+        origin = "" if first["decision_token_source"] == "rounds" else ", taken as min_tokens: rounds not recorded"
+        decision = (f"SR's first rejection comes at token {_n(token)} (b_init = {_n(first['init_batch_size'])}, "
+                    f"min_tokens = {_n(first['min_tokens'])}{spread}{origin})")
+    if not first["correlation_taus"]:
+        oracle = "no correlation study covers this pair, so there is no oracle bound"
+    elif not np.isfinite(first["oracle_tau"]):
+        oracle = "no oracle bound (no decision token to match)"
+    else:
+        bound = (f"an oracle that stops there every candidate that will not end best saves "
+                 f"{_with_ci(first, 'oracle_tokens_saved_frac', _percent)} of the generated tokens "
+                 f"(correlation study, {_n(first['oracle_n_prompts'])} prompts)")
+        if first["oracle_tau_exact"]:
+            oracle = bound
+        else:
+            oracle = (f"the correlation study did not score τ = {_n(token)} (its τ: {first['correlation_taus']}); "
+                      f"at the nearest, τ = {_n(first['oracle_tau'])}, "
+                      + bound.replace("stops there", "stops at that τ"))
+    actual = "; ".join(
+        f"{row['method_label']} {_with_ci(row, 'tokens_saved_frac', _percent)}" for _, row in savings.iterrows())
+    return (f"**Tokens.** {decision}; {oracle}. SR saved, of the tokens Best-of-{_n(first['init_batch_size'])} "
+            f"would generate running every candidate to completion on the same prompt (mean response length "
+            f"from Bo{_n(first['reference_bon_n'])}'s candidates; {int(first['n_prompts'])} prompts): {actual}.")
+
+
+def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
+    first = rows.iloc[0]
+    bon_min, bon_max = f"Bo{int(first['bon_min_n'])}", f"Bo{int(first['bon_max_n'])}"
+    notes = []
+    if "n_prompts" in rows.columns:
+        used = (f"; {score_name} defined on {int(first['n_prompts_improvement'])}"
+                if "n_prompts_improvement" in rows.columns else "")
+        notes.append(f"Prompts: {int(first['n_prompts'])} answered by every configuration{used}.")
+    zero = first.get("zero_spread_prompts", "")
+    if zero:
+        notes.append(f"Zero-spread prompts ({bon_min}'s rewards all equal, so no {score_name} score; left out "
+                     f"of the scores): {zero.replace(',', ', ')}.")
+    for _, row in rows[~rows["in_range"]].iterrows():
+        where = _where(row, bon_min, bon_max)
+        extrapolated = (f"its Best-of-N equivalent is extrapolated (marked \"(extrapolated)\"): "
+                        f"≈ {_ratio(row['bon_equivalent_compute_extrapolated'])}× {bon_min}'s compute"
+                        if np.isfinite(row["bon_equivalent_compute_extrapolated"])
+                        else "no Best-of-N equivalent, measured or extrapolated")
+        notes.append(f"Out of range: {row['method_label']} scores {where}; {extrapolated}.")
+    for _, row in rows[rows["in_range"] & (rows["bon_equivalent_in_range_frac"] < 1)].iterrows():
+        notes.append(f"{row['method_label']} falls outside the Best-of-N curve in "
+                     f"{_percent(1 - row['bon_equivalent_in_range_frac'])} of the resamples; its BoN-equivalent "
+                     "and speedup intervals are over the others.")
+    notes.append(f"≈ Bo-N is BoN-equivalent compute × {int(first['bon_min_n'])} (N of {bon_min}), which assumes "
+                 f"Best-of-N's compute grows in proportion to N. Measured compute (× {bon_min}): "
+                 f"{first['bon_ladder']}.")
+    best = rows[rows["best"] & rows["in_range"]]
+    if not best.empty:
+        by_score, by_compute = best["equivalent_n_by_score"].iloc[0], best["equivalent_n"].iloc[0]
+        if np.isfinite(by_score) and abs(by_score / by_compute - 1) > 0.1:
+            notes.append(f"Read on the N axis instead (no compute assumption), {best['method_label'].iloc[0]} "
+                         f"matches ≈ Bo{_n(by_score)}, not Bo{_n(by_compute)}: Best-of-N's compute is not "
+                         "proportional to N here, and the compute figures are the measured ones.")
+    return notes
+
+
+def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normalization: str,
+                  correlation_resamples: int | None) -> list[str]:
+    notes = []
+    if {"confidence_level", "bootstrap_resamples"} <= set(headline.columns) and not headline.empty:
+        level, resamples = headline["confidence_level"].iloc[0], int(headline["bootstrap_resamples"].iloc[0])
+        notes.append(f"Brackets: {level:.0%} percentile intervals from a prompt-level paired bootstrap "
+                     f"({resamples} resamples of the prompts, the same for every configuration of a pair; the "
+                     "tokens SR saved use their own resamples, shared by the α of a pair). Intervals of the "
+                     "BoN-equivalent compute, ≈ Bo-N and the speedup at equal score are over the resamples in "
+                     "which SR lands inside that resample's Best-of-N curve (the \"in range\" share).")
+    if normalization == "bon_min_range":
+        notes.append("Score: the paper's eq. 8 improvement, per prompt "
+                     "100 · (1 − (max Z − s) / (max Z − min Z)) with Z the rewards of Bo-N_min's candidates "
+                     "(so Bo-N_min scores 100), averaged over prompts.")
+    else:
+        notes.append(f"Score: improvement under the {normalization!r} normalisation (not the paper's eq. 8).")
+    notes.append("Compute: summed shards × wall-clock seconds over the prompts, relative to Bo-N_min (eq. 7). "
+                 "BoN-equivalent compute: the Best-of-N compute reaching SR's score, interpolated linearly in "
+                 "log compute between the measured Best-of-N points; outside them it is extrapolated from the end "
+                 "segment and marked so, never reported as a measurement.")
+    if savings is not None and not savings.empty:
+        oracle = ("The oracle bound's interval is the correlation study's own percentile bootstrap"
+                  + (f" ({correlation_resamples} resamples)" if correlation_resamples else "") +
+                  "; it is measured on the correlation study's candidates, SR's savings on its b_init candidates: "
+                  "both are shares of the tokens of generating every candidate to completion.")
+        notes.append(oracle)
+    return notes
+
+
+# --------------------------------------------------------------------------------------
+# formatting
+# --------------------------------------------------------------------------------------
+
+
+def _score(value: float) -> str:
+    if not np.isfinite(value):
+        return MISSING
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
+
+
+def _ratio(value: float) -> str:
+    if not np.isfinite(value):
+        return MISSING
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}" if abs(value) >= 1 else f"{value:.2f}"
+
+
+def _percent(value: float) -> str:
+    return MISSING if not np.isfinite(value) else f"{100 * value:.0f}%"
+
+
+def _n(value: float) -> str:
+    return MISSING if not np.isfinite(value) else f"{round(value)}"
+
+
+def _maybe(prefix: str, value: float, formatter) -> str:
+    return MISSING if not np.isfinite(value) else prefix + formatter(value)
+
+
+def _with_ci(row: pd.Series, column: str, formatter, unit: str = "") -> str:
+    """"value<unit> [lo, hi]" from ``column``, ``column_lo``, ``column_hi`` (no brackets without
+    an interval), e.g. "1.9× [1.7, 2.1]"."""
+    value, low, high = row[column], row.get(column + "_lo", math.nan), row.get(column + "_hi", math.nan)
+    if not np.isfinite(value):
+        return MISSING
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return formatter(value) + unit
+    return f"{formatter(value)}{unit} [{formatter(low)}, {formatter(high)}]"
+

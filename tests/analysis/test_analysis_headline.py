@@ -1,0 +1,236 @@
+"""analysis.headline on hand-worked tables (the expected numbers are worked out by hand)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.headline import (
+    SELECTED_BY_SCORE,
+    SELECTED_BY_SPEEDUP,
+    headline_table,
+    render_headline_markdown,
+    token_savings,
+)
+from analysis.io import best_responses_frame
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+PAIR = "gen / rm"
+NAN = math.nan
+# The BoN ladder: Bo32 (compute 1, score 100), Bo64 (2, 120), Bo128 (4, 140).
+BON = [(32, 1.0, 100.0), (64, 2.0, 120.0), (128, 4.0, 140.0)]
+
+
+def summary_frame() -> pd.DataFrame:
+    rows = [{"pair_key": "gen--rm", "pair": PAIR, "generator": "gen", "reward": "rm", "method": "bon", "n": n,
+             "alpha": NAN, "method_label": f"Bo{n}", "improvement": score, "relative_compute": compute,
+             "n_prompts": 20, "n_prompts_improvement": 19, "zero_spread_prompts": "p7",
+             "confidence_level": 0.95, "bootstrap_resamples": 1000} for n, compute, score in BON]
+    return pd.DataFrame(rows)
+
+
+def sr_row(alpha, improvement, relative_compute, status, compute=NAN, low=NAN, high=NAN, extrapolated=NAN,
+           speedup_low=NAN, speedup_high=NAN, in_range=1.0) -> dict:
+    speedup = compute / relative_compute
+    return {"pair_key": "gen--rm", "pair": PAIR, "generator": "gen", "reward": "rm", "method": "sr", "n": 128,
+            "alpha": alpha, "method_label": f"SR α={alpha:g}", "improvement": improvement,
+            "improvement_lo": improvement - 5, "improvement_hi": improvement + 5,
+            "relative_compute": relative_compute, "relative_compute_lo": relative_compute - 0.1,
+            "relative_compute_hi": relative_compute + 0.1, "bon_equivalent_compute": compute,
+            "bon_equivalent_status": status, "bon_equivalent_compute_extrapolated": extrapolated,
+            "compute_speedup": speedup, "compute_speedup_extrapolated": extrapolated / relative_compute,
+            "compute_speedup_lo": speedup_low, "compute_speedup_hi": speedup_high,
+            "bon_equivalent_compute_lo": low, "bon_equivalent_compute_hi": high,
+            "bon_equivalent_in_range_frac": in_range, "n_prompts": 20, "n_prompts_improvement": 19,
+            "zero_spread_prompts": "p7", "confidence_level": 0.95, "bootstrap_resamples": 1000}
+
+
+def two_alpha_frame() -> pd.DataFrame:
+    """α=0.5 inside the ladder (BoN-equivalent 3.0 at compute 1.5: speedup 2.0); α=0.9 scores
+    higher but above Bo128, extrapolated to compute 10 (speedup 10 / 2 = 5, larger, yet not measured)."""
+    return pd.DataFrame([
+        sr_row(0.5, 130.0, 1.5, "interpolated", compute=3.0, low=2.5, high=3.5, speedup_low=1.5,
+               speedup_high=2.5, in_range=0.9),
+        sr_row(0.9, 160.0, 2.0, "above_range", extrapolated=10.0, in_range=0.0),
+    ])
+
+
+def test_best_alpha_is_the_interpolated_one_and_equivalent_n_is_compute_times_n_min():
+    table = headline_table(summary_frame(), two_alpha_frame())
+    assert table["method_label"].tolist() == ["SR α=0.5", "SR α=0.9"]
+    assert table["best"].tolist() == [True, False]
+    assert table["in_range"].tolist() == [True, False]
+    assert set(table["selection"]) == {SELECTED_BY_SPEEDUP}
+    best = table.iloc[0]
+    assert best["equivalent_n"] == pytest.approx(3.0 * 32)  # ≈ Bo96
+    assert (best["equivalent_n_lo"], best["equivalent_n_hi"]) == pytest.approx((2.5 * 32, 3.5 * 32))
+    assert best["compute_speedup"] == pytest.approx(2.0)
+    # On the N axis, 130 is halfway (in log N) between Bo64's 120 and Bo128's 140: 64·√2.
+    assert best["equivalent_n_by_score"] == pytest.approx(64 * math.sqrt(2))
+    above = table.iloc[1]
+    assert math.isnan(above["equivalent_n"]) and above["equivalent_n_extrapolated"] == pytest.approx(320.0)
+    assert (best["bon_min_n"], best["bon_max_n"], best["bon_max_improvement"]) == (32, 128, 140.0)
+    assert best["bon_ladder"].startswith("Bo32 1.0 (N ratio 1.0), Bo64 2.0 (N ratio 2.0)")
+
+
+def test_best_is_the_highest_speedup_not_the_highest_score_among_interpolated():
+    frame = pd.DataFrame([
+        sr_row(0.5, 130.0, 1.5, "interpolated", compute=3.0),  # speedup 2.0
+        sr_row(0.7, 135.0, 2.5, "interpolated", compute=3.75),  # higher score, speedup 1.5
+    ])
+    assert headline_table(summary_frame(), frame)["best"].tolist() == [True, False]
+
+
+def test_without_an_interpolated_alpha_the_highest_score_is_picked_and_marked_out_of_range():
+    frame = pd.DataFrame([
+        sr_row(0.5, 90.0, 1.5, "below_range", extrapolated=0.5),
+        sr_row(0.9, 160.0, 2.0, "above_range", extrapolated=10.0),
+    ])
+    table = headline_table(summary_frame(), frame)
+    assert table["best"].tolist() == [False, True]
+    assert not table["in_range"].any() and set(table["selection"]) == {SELECTED_BY_SCORE}
+    page = render_headline_markdown(table)
+    assert "No SR α lands inside the measured Best-of-N curve" in page
+    assert "above the largest Best-of-N (Bo128 = 140)" in page
+    assert "below Bo32 (100), the cheapest Best-of-N" in page
+    assert "≈ Bo320" in page and "extrapolated" in page
+
+
+def runs_frame(sr_generated, first_decision=10.0, min_tokens=8) -> pd.DataFrame:
+    """Per prompt: the largest BoN's length (tokens / candidates), a smaller BoN with another
+    length (must be ignored), and SR with b_init 64 and the given tokens per α."""
+    rows = []
+    lengths = {"p1": 50.0, "p2": 25.0}
+    for prompt, length in lengths.items():
+        rows.append({"pair": PAIR, "method": "bon", "n": 128, "alpha": NAN, "prompt_id": prompt,
+                     "tokens_generated": 128 * length, "num_candidates": 128, "init_batch_size": NAN,
+                     "min_tokens": NAN, "first_decision_token": NAN})
+        rows.append({"pair": PAIR, "method": "bon", "n": 32, "alpha": NAN, "prompt_id": prompt,
+                     "tokens_generated": 32 * 999.0, "num_candidates": 32, "init_batch_size": NAN,
+                     "min_tokens": NAN, "first_decision_token": NAN})
+    for (alpha, prompt), generated in sr_generated.items():
+        rows.append({"pair": PAIR, "method": "sr", "n": 64, "alpha": alpha, "prompt_id": prompt,
+                     "tokens_generated": generated, "num_candidates": 64, "init_batch_size": 64,
+                     "min_tokens": min_tokens, "first_decision_token": first_decision})
+    return pd.DataFrame(rows)
+
+
+def correlation_frame(taus=(8, 10, 16)) -> pd.DataFrame:
+    rows = []
+    for tau in taus:
+        saved = 0.9 - 0.01 * tau  # 0.82 at τ=8, 0.80 at τ=10, 0.74 at τ=16
+        rows.append({"pair": PAIR, "tau": tau, "metric": "tokens_saved_frac", "mean": saved,
+                     "ci_low": saved - 0.05, "ci_high": saved + 0.05, "n_prompts": 12})
+        rows.append({"pair": PAIR, "tau": tau, "metric": "pearson", "mean": 0.1, "ci_low": 0.0,
+                     "ci_high": 0.2, "n_prompts": 12})
+    return pd.DataFrame(rows)
+
+
+def test_token_savings_against_best_of_b_init_run_to_completion():
+    # p1: 64 × 50 = 3200 tokens for Bo64 to completion; SR generated 800 → saved 0.75.
+    # p2: 64 × 25 = 1600; SR generated 1200 → saved 0.25.  Mean 0.5.
+    # α=0.9: 400 of 3200 → 0.875 and 400 of 1600 → 0.75; mean 0.8125.
+    runs = runs_frame({(0.5, "p1"): 800.0, (0.5, "p2"): 1200.0, (0.9, "p1"): 400.0, (0.9, "p2"): 400.0})
+    savings = token_savings(runs, correlation_frame(), n_resamples=200)
+    assert savings["alpha"].tolist() == [0.5, 0.9]
+    assert savings["tokens_saved_frac"].tolist() == pytest.approx([0.5, 0.8125])
+    assert savings["n_prompts"].tolist() == [2, 2]
+    assert (savings["reference_bon_n"] == 128).all() and (savings["init_batch_size"] == 64).all()
+    # Two prompts: every resample mean lies between the two prompts' values.
+    first = savings.iloc[0]
+    assert 0.25 <= first["tokens_saved_frac_lo"] <= 0.5 <= first["tokens_saved_frac_hi"] <= 0.75
+    # The oracle at τ = SR's first decision token (10), not at min_tokens (8).
+    assert savings["oracle_tau"].tolist() == [10.0, 10.0] and savings["oracle_tau_exact"].all()
+    assert savings["oracle_tokens_saved_frac"].tolist() == pytest.approx([0.80, 0.80])
+    assert (savings["oracle_tokens_saved_frac_lo"].iloc[0], savings["oracle_tokens_saved_frac_hi"].iloc[0]) == (
+        pytest.approx(0.75), pytest.approx(0.85))
+
+
+def test_token_savings_uses_only_prompts_every_alpha_answered():
+    runs = runs_frame({(0.5, "p1"): 800.0, (0.5, "p2"): 1200.0, (0.9, "p1"): 400.0})
+    savings = token_savings(runs, None, n_resamples=0)
+    assert savings["n_prompts"].tolist() == [1, 1]
+    assert savings["tokens_saved_frac"].tolist() == pytest.approx([0.75, 0.875])
+    assert savings["tokens_saved_frac_lo"].isna().all()  # no resamples, no interval
+    assert savings["oracle_tokens_saved_frac"].isna().all() and (savings["correlation_taus"] == "").all()
+
+
+def test_oracle_falls_back_on_min_tokens_and_names_a_missing_tau():
+    runs = runs_frame({(0.5, "p1"): 800.0}, first_decision=NAN, min_tokens=8)
+    savings = token_savings(runs, correlation_frame(), n_resamples=0)
+    assert savings["decision_token_source"].tolist() == ["min_tokens"]
+    assert savings["oracle_tau"].tolist() == [8.0] and savings["oracle_tokens_saved_frac"].tolist() == [
+        pytest.approx(0.82)]
+    # τ = 12 was not studied: the nearest (8 and 16 tie; the smaller) stands in, flagged.
+    runs = runs_frame({(0.5, "p1"): 800.0}, first_decision=12.0)
+    savings = token_savings(runs, correlation_frame((8, 16, 32)), n_resamples=0)
+    assert savings["oracle_tau"].tolist() == [8.0] and not savings["oracle_tau_exact"].any()
+    assert savings["correlation_taus"].tolist() == ["8, 16, 32"]
+    headline = headline_table(summary_frame(), two_alpha_frame())
+    page = render_headline_markdown(headline, savings)
+    assert "did not score τ = 12 (its τ: 8, 16, 32)" in page and "τ = 8" in page
+
+
+def test_markdown_states_the_numbers_and_the_out_of_range_point():
+    headline = headline_table(summary_frame(), two_alpha_frame())
+    runs = runs_frame({(0.5, "p1"): 800.0, (0.5, "p2"): 1200.0, (0.9, "p1"): 400.0, (0.9, "p2"): 400.0})
+    savings = token_savings(runs, correlation_frame(), n_resamples=200)
+    page = render_headline_markdown(headline, savings, correlation_resamples=2000)
+    assert page.startswith("# ") and f"## {PAIR}" in page
+    statement = page.split(f"## {PAIR}")[1].split("\n\n")[1]
+    assert statement.startswith("**SR α=0.5** scores 130 [125, 135] (eq. 8; Bo32 = 100) at 1.5× [1.4, 1.6]")
+    assert "≈ 3.0× [2.5, 3.5] Bo32's compute to match it (≈ Bo96 [80, 112])" in statement
+    assert "2.0× [1.5, 2.5] less compute at equal score" in statement
+    assert "inside the Best-of-N curve in 90% of the bootstrap resamples" in statement
+    assert "**SR α=0.9** scores higher but outside the measured Best-of-N range" in statement
+    # The table lists both α, marks the best, and marks the extrapolated values.
+    assert "| **SR α=0.5** (best) | 130 [125, 135] |" in page
+    assert "| SR α=0.9 | 160 [155, 165] |" in page and "(extrapolated) Bo320" in page
+    assert "above Bo128" in page
+    # Tokens: the oracle bound beside what SR saved.
+    assert "first rejection comes at token 10 (b_init = 64, min_tokens = 8)" in page
+    assert "saves 80% [75%, 85%] of the generated tokens" in page
+    assert "SR α=0.5 50% [" in page and "SR α=0.9 81% [" in page
+    # Notes: prompts, zero-spread prompts, out-of-range points, assumption, confidence and resamples.
+    assert "Prompts: 20 answered by every configuration; eq. 8 defined on 19." in page
+    assert "Zero-spread prompts" in page and "p7" in page
+    assert "Out of range: SR α=0.9 scores above the largest Best-of-N (Bo128 = 140)" in page
+    assert "extrapolated" in page and "≈ 10× Bo32's compute" in page
+    assert "SR α=0.5 falls outside the Best-of-N curve in 10% of the resamples" in page
+    assert "proportion to N" in page
+    assert "95% percentile intervals" in page and "1000 resamples" in page and "2000 resamples" in page
+    # 130 read on the N axis is Bo91, not Bo96: more than 10% apart? No (5.7%), so no such note.
+    assert "Read on the N axis" not in page
+
+
+def test_markdown_for_a_speedup_below_one():
+    frame = pd.DataFrame([sr_row(0.5, 110.0, 3.0, "interpolated", compute=1.5, speedup_low=0.4, speedup_high=0.6)])
+    frame["zero_spread_prompts"] = np.nan  # as read back from the CSV when no prompt lacks a spread
+    page = render_headline_markdown(headline_table(summary_frame(), frame))
+    assert "a speedup of only 0.50× [0.40, 0.60] at equal score" in page
+    assert "Zero-spread" not in page
+    # Read on the N axis 110 is Bo32·√2 ≈ Bo45, compute × 32 gives Bo48: within 10%, no note.
+    assert "Read on the N axis" not in page
+
+
+def test_runs_frame_carries_what_token_savings_needs():
+    merged_bon = {"prompt_id": "p1", "prompt": "Hi", "method": "bon",
+                  "params": {"n": 64, "shards": 2, "model": "gen", "reward": "rm"},
+                  "best": {"candidate_id": 3, "score": 1.0, "num_tokens": 5}, "worst": {"score": 0.0},
+                  "candidates": [{"id": 3, "num_tokens": 5, "final_score": 1.0}], "num_candidates": 64,
+                  "rounds": [], "tokens": {"generated": 3200, "scored": 3200}, "timing": {"total_s": 1.0}}
+    sr = {"prompt_id": "p1", "prompt": "Hi", "method": "sr",
+          "params": {"alpha": 0.5, "init_batch_size": 4, "min_tokens": 8, "model": "gen", "reward": "rm"},
+          "best": {"candidate_id": 0, "score": 1.0, "num_tokens": 5},
+          "candidates": [{"id": i, "num_tokens": 5, "final_score": 1.0 if i == 0 else None} for i in range(4)],
+          "rounds": [{"decision_token": 10, "batch_before": 4, "batch_after": 2},
+                     {"decision_token": 30, "batch_before": 2, "batch_after": 1}],
+          "tokens": {"generated": 70, "scored": 50}, "timing": {"total_s": 1.0}}
+    runs = best_responses_frame([merged_bon, sr])
+    bon, spec = runs.iloc[0], runs.iloc[1]
+    assert bon["num_candidates"] == 64 and bon["tokens_generated"] / bon["num_candidates"] == 50
+    assert math.isnan(bon["init_batch_size"]) and math.isnan(bon["first_decision_token"])
+    assert (spec["num_candidates"], spec["init_batch_size"], spec["min_tokens"], spec["first_decision_token"]) == (
+        4, 4, 8, 10)

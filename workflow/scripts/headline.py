@@ -1,0 +1,50 @@
+"""results/summary.md, the study's headline (analysis.headline): per pair the best SR α, the
+Best-of-N it equals and the compute it saves at equal score, every α, the tokens SR saved next
+to the correlation study's oracle bound, and notes; results/metrics/headline.csv: the same
+numbers, one row per pair and α (the headline table joined with the token savings).
+
+Inputs: summary, bon_equivalent (results/metrics), runs (results/metrics/runs.csv),
+correlation (results/correlation/summary.csv). Params: improvement_normalization,
+bootstrap_resamples, confidence_level, bootstrap_seed (config `tables`), correlation_resamples
+(config `correlation.n_resamples`, only quoted in the notes)."""
+
+import sys
+
+import pandas as pd
+
+from analysis.headline import headline_table, render_headline_markdown, token_savings
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
+params, inputs, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
+
+
+def read(path):
+    try:
+        return pd.read_csv(path, dtype={"prompt_id": str})
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+
+
+summary, bon_equivalent, runs = read(inputs.summary), read(inputs.bon_equivalent), read(inputs.runs)
+correlation = read(inputs.correlation)
+headline = headline_table(summary, bon_equivalent)
+savings = None
+if "num_candidates" in runs.columns:
+    savings = token_savings(runs, correlation if not correlation.empty else None,
+                            n_resamples=params.bootstrap_resamples, confidence_level=params.confidence_level,
+                            seed=params.bootstrap_seed)
+else:
+    print("runs.csv has no num_candidates column (written before analysis.io added it): no token savings; "
+          "rerun with `snakemake -R runs_table`", file=sys.stderr)
+markdown = render_headline_markdown(headline, savings, normalization=params.improvement_normalization,
+                                    correlation_resamples=params.correlation_resamples)
+with open(out.markdown, "w", encoding="utf-8") as page:
+    page.write(markdown)
+table = headline
+if savings is not None and not savings.empty:
+    tokens = savings.drop(columns=["alpha", "confidence_level", "bootstrap_resamples"]).rename(
+        columns={"n_prompts": "tokens_n_prompts"})
+    table = headline.merge(tokens, on=["pair", "method_label"], how="left")
+table.to_csv(out.csv, index=False)
+for row in headline[headline["best"]].itertuples():
+    print(f"{row.pair}: best {row.method_label} ({row.selection})", file=sys.stderr)
