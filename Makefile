@@ -1,11 +1,11 @@
-# Quick start: `make demo` runs Speculative Rejection on the default model; `make test` runs the tests.
+# Quick start: `make study` runs the default study (tables, figures, summary); `make test` runs the tests.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # CPU build served from this machine's disk; GPU users: see README "Installing on a GPU machine"
 TORCH ?= torch==2.13.0
 
-.PHONY: setup test test-fast demo benchmark clean
+.PHONY: setup test test-fast study demo benchmark clean
 
 setup: $(VENV)/.installed
 
@@ -21,6 +21,16 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not cluster"
+
+CORES ?= 2
+
+study: setup
+	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/snakemake --cores $(CORES) --report results/report.html
+	@echo
+	@echo "headline: results/summary.md"
+	@echo "report:   results/report.html (every table and figure with its caption)"
+	@echo "tables:   results/tables/   figures: results/figures/   runs: results/runs/"
 
 demo: setup
 	$(BIN)/specrej generate --model default --reward logprob --method sr --alpha 0.5 \

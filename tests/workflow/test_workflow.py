@@ -45,13 +45,15 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("configfile, expected", [
-    (None, {"bon_shard": 6 * 4, "bon_direct": 6 * 2, "sr": 6 * 3, "generate_correlation": 6,
-            "score_prefixes": 6, "merge_bon": 5, "merge_sr": 3, "table1": 1, "table2": 1,
+    # 24 prompts in 2 chunks: 8 shards of Bo16 (the ladder Bo16..Bo128, nested), 3 alphas; the
+    # correlation study scores Best-of-N's own responses (no generation of its own)
+    (None, {"bon_shard": 2 * 8, "bon_direct": None, "sr": 2 * 3, "generate_correlation": None,
+            "score_prefixes": 2, "merge_bon": 4, "merge_sr": 3, "table1": 1, "table2": 1,
             "figure2": 1, "figure3": 1, "figure4": 1, "correlation_summary": 1}),
     # 12 pairs x 10 chunks of 10 prompts: 32 shards of Bo120, 9 alphas; the 9 reward-model pairs
-    # get the correlation study
-    ("config/paper.yaml", {"bon_shard": 12 * 10 * 32, "sr": 12 * 10 * 9, "merge_bon": 12 * 6,
-                           "merge_sr": 12 * 9, "generate_correlation": 9 * 10, "score_prefixes": 9 * 10,
+    # get the correlation study, every N is a multiple of 120 (no direct runs)
+    ("config/paper.yaml", {"bon_shard": 12 * 10 * 32, "bon_direct": None, "sr": 12 * 10 * 9, "merge_bon": 12 * 6,
+                           "merge_sr": 12 * 9, "generate_correlation": None, "score_prefixes": 9 * 10,
                            "prompt_chunk": 10, "table1": 1, "table2": 1}),
 ])
 def test_dry_run_plans_every_output(tmp_path, configfile, expected):
@@ -62,16 +64,17 @@ def test_dry_run_plans_every_output(tmp_path, configfile, expected):
     assert result.returncode == 0, result.stderr + result.stdout
     counts = job_counts(result.stdout + result.stderr)
     assert {rule: counts.get(rule) for rule in expected} == expected
-    assert "bon_direct" not in counts if configfile else True  # every paper N is a multiple of 120
 
 
 def test_paper_config_is_the_papers_setting(tmp_path):
     import yaml
 
     paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
-    shared = Path("/work/shared/data/alpaca_farm_100.json")
-    if shared.exists():  # the 100 prompts are the paper's, by af_eval_idx, in its order
-        assert paper["prompts"]["select"] == [row["af_eval_idx"] for row in json.loads(shared.read_text())]
+    shared = ROOT.parent / "shared/data/alpaca_farm_100.json"  # beside the checkout; CI always has it
+    if not shared.exists() and os.environ.get("CI") != "true":
+        pytest.skip(f"{shared} is absent: the paper's prompt indices cannot be checked here")
+    # the 100 prompts are the paper's, by af_eval_idx, in its order
+    assert paper["prompts"]["select"] == [row["af_eval_idx"] for row in json.loads(shared.read_text())]
     assert len(set(paper["prompts"]["select"])) == 100
     assert paper["prompts"]["source"] == "tatsu-lab/alpaca_farm:alpaca_farm_evaluation"
     models = {g["model"] for g in paper["generators"].values()}
@@ -134,8 +137,7 @@ def _finished_generation_outputs(results: Path) -> dict[Path, int]:
     runs = results / "runs"
     if not runs.exists():
         return {}
-    return {p: p.stat().st_mtime_ns for p in runs.glob("*/*/*/*.jsonl")} | \
-        {p: p.stat().st_mtime_ns for p in runs.glob("*/correlation/*.jsonl")}
+    return {p: p.stat().st_mtime_ns for p in runs.glob("*/*/*/*.jsonl")}
 
 
 @pytest.mark.slow
@@ -194,7 +196,7 @@ def test_tiny_run_survives_a_kill_and_produces_every_output(tmp_path, generator_
     failed = _rows(results / "failed_prompts.csv")
     assert {row["prompt_id"] for row in failed} == {"empty"}
     runs = {row["run"].split("/", 2)[2] for row in failed}
-    assert runs >= {"tiny--logprob/bon/n8.jsonl", "tiny--letter-e/sr/alpha0.5.jsonl", "tiny--logprob/correlation.jsonl"}
+    assert runs >= {"tiny--logprob/bon/n8.jsonl", "tiny--letter-e/sr/alpha0.5.jsonl"}
     assert all("empty prompt" in row["error"] for row in failed)
 
     summary = _rows(results / "metrics/summary.csv")

@@ -77,6 +77,10 @@ def _cross_check(config):
         if uneven:
             yield (f"bon.n: {', '.join(map(str, uneven))} above bon.shard_size={shard} must be multiples of it "
                    "(Bo-N is merged from N / shard_size shards)")
+        n = config["correlation"]["n"]
+        if n > shard and n % shard:
+            yield (f"correlation.n: {n} must be a multiple of bon.shard_size={shard} (the study reads "
+                   "Best-of-N's first n / shard_size shards)")
     for key in ("correlation.pairs", "figures.figure2.pair", "figures.figure4.pair"):
         value = _get(config, key)
         for name in value if isinstance(value, list) else [value]:
@@ -209,6 +213,16 @@ def bon_chunk_inputs(wildcards):
     return [f"{RESULTS}/runs/{wildcards.pair}/bon/shard{k}/{chunk}.jsonl" for chunk in CHUNKS for k in range(count)]
 
 
+def correlation_trajectories(wildcards):
+    """The Best-of-N files of a chunk whose responses the correlation study scores: a direct
+    Bo-n run, or shards 0..n/shard_size-1 (pooled by the score_prefixes job)."""
+    n = config["correlation"]["n"]
+    kind, count = bon_sources(n)
+    if kind == "direct":
+        return [f"{RESULTS}/runs/{wildcards.pair}/bon/n{n}/{wildcards.chunk}.jsonl"]
+    return [f"{RESULTS}/runs/{wildcards.pair}/bon/shard{k}/{wildcards.chunk}.jsonl" for k in range(count)]
+
+
 def bon_shards(wildcards):
     kind, count = bon_sources(int(wildcards.n))
     return count if kind == "shards" else 1
@@ -242,18 +256,19 @@ def generate_args(pair, method, *, n=None, alpha=None, seed_offset=0, decision_t
     args = ["--model", g["model"], "--reward", r["model"], "--method", method,
             "--max-new-tokens", s["max_new_tokens"], "--temperature", s["temperature"], "--top-p", s["top_p"],
             "--top-k", s["top_k"], "--seed", s["seed"] + seed_offset, "--device", config["device"],
-            "--dtype", g["dtype"] or config["dtype"], "--reward-batch-size", r["batch_size"], "--no-progress"]
+            "--dtype", g["dtype"] or config["dtype"], "--reward-batch-size", r["batch_size"], "--no-progress",
+            "--exit-zero"]  # a chunk whose every prompt fails is a result (error records), not a failed job
     block = config["bon"] if method == "bon" else config["sr"]
     if method == "bon":
         args += ["--n", n]
     else:
-        args += ["--alpha", alpha, "--min-tokens", block["min_tokens"]]
+        args += ["--alpha", alpha, "--min-tokens", block["min_tokens"], "--max-init-batch", block["max_init_batch"]]
         if decision_tokens:
             args += ["--decision-tokens", ",".join(map(str, decision_tokens))]
     if block["batch_size"]:
         args += ["--batch-size", min(block["batch_size"], n) if method == "bon" else block["batch_size"]]
-    if block["memory_budget"]:
-        args += ["--memory-budget", block["memory_budget"]]
+    if block["memory_budget"] or config["memory_budget"]:
+        args += ["--memory-budget", block["memory_budget"] or config["memory_budget"]]
     if g["trust_remote_code"] or r["trust_remote_code"]:
         args += ["--trust-remote-code"]
     return _join(args)

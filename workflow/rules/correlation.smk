@@ -1,11 +1,13 @@
 # Do partial rewards predict final rewards? (paper §4) Prefix scores per chunk of prompts,
-# statistics per (prompt, tau) per pair, and the bootstrap summary across prompts.
+# statistics per (prompt, tau) per pair, and the bootstrap summary across prompts. The
+# responses are Best-of-N's own (its first correlation.n / bon.shard_size shards): one large
+# run, subsampled, rather than a second generation of the same distribution.
 
 
 rule score_prefixes:
-    """`specrej score-prefixes` on one chunk's full generations (free for the logprob reward)."""
+    """`specrej score-prefixes` on one chunk's Best-of-N responses (free for the logprob reward)."""
     input:
-        f"{RESULTS}/runs/{{pair}}/correlation/{{chunk}}.jsonl",
+        correlation_trajectories,
     output:
         f"{RESULTS}/correlation/{{pair}}/prefixes/{{chunk}}.parquet",
     params:

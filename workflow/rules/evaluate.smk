@@ -7,7 +7,6 @@ rule runs_table:
     """One row per (run, answered prompt) and one per failed prompt, with display labels."""
     input:
         runs=merged_runs(),
-        correlation=expand(f"{RESULTS}/runs/{{pair}}/correlation.jsonl", pair=CORRELATION_PAIRS),
     output:
         runs=f"{RESULTS}/metrics/runs.csv",
         failed=report(
@@ -19,7 +18,7 @@ rule runs_table:
     params:
         meta=lambda wildcards, input: {
             path: {"pair_key": run_pair(path), **pair_labels(run_pair(path))}
-            for path in [*input.runs, *input.correlation]
+            for path in input.runs
         },
     log:
         f"{RESULTS}/logs/runs_table.log",
@@ -47,7 +46,10 @@ rule method_summary:
         ),
         bon_equivalent=f"{RESULTS}/metrics/bon_equivalent.csv",
     params:
-        reference_max=config["tables"]["reference_max"],
+        improvement_normalization=config["tables"]["improvement_normalization"],
+        bootstrap_resamples=config["tables"]["bootstrap_resamples"],
+        confidence_level=config["tables"]["confidence_level"],
+        bootstrap_seed=config["tables"]["bootstrap_seed"],
     log:
         f"{RESULTS}/logs/method_summary.log",
     benchmark:

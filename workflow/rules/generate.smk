@@ -1,7 +1,4 @@
-# Prompts in (local file or Hugging Face dataset), one small file per chunk, and the full
-# generations of the correlation study (Best-of-N runs whose every candidate is complete).
-
-CORRELATION_SEED_OFFSET = 10_000  # independent of the Best-of-N shards (seed + k)
+# Prompts in (local file or Hugging Face dataset) and one small file per chunk of prompts.
 
 
 rule prepare_prompts:
@@ -47,45 +44,3 @@ rule prompt_chunk:
         runtime=res("analysis", "runtime"),
     script:
         "../scripts/prompt_chunk.py"
-
-
-rule generate_correlation:
-    """Full generations for the correlation study: correlation.n complete responses per prompt."""
-    input:
-        prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
-    output:
-        f"{RESULTS}/runs/{{pair}}/correlation/{{chunk}}.jsonl",
-    params:
-        **generation_params("bon", n=config["correlation"]["n"], seed_offset=CORRELATION_SEED_OFFSET),
-    log:
-        f"{RESULTS}/logs/generate_correlation/{{pair}}/{{chunk}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/generate_correlation/{{pair}}/{{chunk}}.tsv"
-    threads: config["resources"]["generate"]["threads"]
-    resources:
-        gpu=lambda wildcards: needs_gpu(wildcards.pair, "generate"),
-        mem_mb=res("generate", "mem_mb"),
-        runtime=res("generate", "runtime"),
-    shell:
-        GENERATE_SHELL
-
-
-rule merge_correlation:
-    input:
-        lambda wildcards: expand(f"{RESULTS}/runs/{{pair}}/correlation/{{chunk}}.jsonl", pair=wildcards.pair,
-                                 chunk=CHUNKS),
-    output:
-        f"{RESULTS}/runs/{{pair}}/correlation.jsonl",
-    params:
-        shards=1,
-    log:
-        f"{RESULTS}/logs/merge_correlation/{{pair}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/merge_correlation/{{pair}}.tsv"
-    threads: 1
-    resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
-    script:
-        "../scripts/merge_runs.py"

@@ -14,7 +14,7 @@ runs, failed = [], []
 for path in snakemake.input.runs:  # noqa: F821
     records = load_trajectories(path)
     runs.append(best_responses_frame(records).assign(run=path, **meta[path]))
-for path in [*snakemake.input.runs, *snakemake.input.correlation]:  # noqa: F821
+for path in snakemake.input.runs:  # noqa: F821
     failures = failed_prompts(load_trajectories(path))
     failed.append(failures.assign(run=path, **meta[path]))
     for row in failures.itertuples():

@@ -1,12 +1,17 @@
-"""`specrej score-prefixes` on one chunk of full generations, through its command line.
+"""`specrej score-prefixes` on one chunk of Best-of-N responses, through its command line.
 
-A chunk whose every prompt failed has nothing to score: it gets an empty prefix table (the
-failure is in results/failed_prompts.csv), so one failed prompt does not stop the study.
+Several shard files are pooled per prompt first (`merge_shards(..., all_candidates=True)`:
+candidate ids renumbered shard * shard_size + id). A chunk whose every prompt failed has nothing
+to score: it gets an empty prefix table (the failure is in results/failed_prompts.csv), so one
+failed prompt does not stop the study.
 """
 
 import contextlib
+import json
 import os
 import sys
+import tempfile
+from collections import defaultdict
 
 for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # before torch loads
     os.environ[variable] = str(snakemake.threads)  # noqa: F821 (snakemake is injected)
@@ -15,21 +20,33 @@ import pandas as pd  # noqa: E402
 
 from analysis.correlation import PREFIX_COLUMNS  # noqa: E402
 from specrej.cli import main  # noqa: E402
-from specrej.io import read_records  # noqa: E402
+from specrej.io import merge_shards, read_records  # noqa: E402
 
 sys.path.insert(0, snakemake.scriptdir)  # noqa: F821
 from gpu_slot import gpu_slot  # noqa: E402
 
 log = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
 sys.stderr = log
-trajectories, out = snakemake.input[0], snakemake.output[0]  # noqa: F821
-params = snakemake.params  # noqa: F821
+out, params = snakemake.output[0], snakemake.params  # noqa: F821
+trajectories = snakemake.input[0]  # noqa: F821
+records = read_records(trajectories)
+if len(snakemake.input) > 1:  # noqa: F821
+    by_prompt = defaultdict(list)
+    for path in snakemake.input:  # noqa: F821
+        for record in read_records(path):
+            by_prompt[json.dumps(record["prompt_id"])].append(record)
+    records = [merge_shards(group, all_candidates=True) for group in by_prompt.values()]
+    trajectories = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, dir=os.path.dirname(out)).name
+    with open(trajectories, "w", encoding="utf-8") as pooled:
+        pooled.writelines(json.dumps(record) + "\n" for record in records)
 
-if not any("error" not in record for record in read_records(trajectories)):
+if not any("error" not in record for record in records):
     print(f"{trajectories}: every prompt failed; writing an empty prefix table", file=log)
     pd.DataFrame(columns=list(PREFIX_COLUMNS)).to_parquet(out, index=False)
     sys.exit(0)
 
 with gpu_slot() if snakemake.resources.gpu else contextlib.nullcontext(), contextlib.redirect_stdout(log):  # noqa: F821
     code = main(["score-prefixes", "--trajectories", trajectories, "--out", out, *params.args])
+if len(snakemake.input) > 1:  # noqa: F821
+    os.unlink(trajectories)
 sys.exit(code)
