@@ -48,3 +48,4 @@ rule all:
 
 onsuccess:
     report_failed_prompts()
+    report_out_of_range()

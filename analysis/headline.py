@@ -196,6 +196,8 @@ def _pair_headline(sr: pd.DataFrame, bon: pd.DataFrame) -> pd.DataFrame:
                                            if "compute_speedup_extrapolated" in sr.columns
                                            else out["bon_equivalent_compute_extrapolated"] / out["relative_compute"])
     out["bon_equivalent_in_range_frac"] = sr["bon_equivalent_in_range_frac"].astype(float)
+    for column in ("compute_speedup_lo_is_bound", "compute_speedup_hi_is_bound"):
+        out[column] = sr[column].astype(bool) if column in sr.columns else False
     out["bon_min_n"], out["bon_max_n"] = n_min, n_max
     out["bon_min_improvement"] = float(bon["improvement"].iloc[0])
     out["bon_max_improvement"] = float(bon["improvement"].iloc[-1])
@@ -331,7 +333,7 @@ def _statement(rows: pd.DataFrame, score_name: str) -> str:
                   if speedup >= 1 else
                   f"a speedup of only {_with_ci(best, 'compute_speedup', _ratio, '×')} at equal score: "
                   "Best-of-N reaches this score with less compute")
-        equivalent_n = f"Bo{_n(best['equivalent_n'])} [{_n(best['equivalent_n_lo'])}, {_n(best['equivalent_n_hi'])}]"
+        equivalent_n = "Bo" + _with_ci(best, "equivalent_n", _n)
         statement = (f"{score}; Best-of-N needs ≈ {_with_ci(best, 'bon_equivalent_compute', _ratio, '×')} "
                      f"{bon_min}'s compute to match it (≈ {equivalent_n}): {saving}.")
         if np.isfinite(best["bon_equivalent_in_range_frac"]):
@@ -389,7 +391,7 @@ def _alpha_table(rows: pd.DataFrame) -> str:
                 _with_ci(row, "bon_equivalent_compute", _ratio) if inside
                 else _maybe(extrapolated, row["bon_equivalent_compute_extrapolated"], _ratio)),
             "≈ Best-of-N": (
-                f"Bo{_n(row['equivalent_n'])} [{_n(row['equivalent_n_lo'])}, {_n(row['equivalent_n_hi'])}]"
+                "Bo" + _with_ci(row, "equivalent_n", _n)
                 if inside else _maybe(extrapolated + "Bo", row["equivalent_n_extrapolated"], _n)),
             "speedup at equal score": (
                 _with_ci(row, "compute_speedup", _ratio) if inside
@@ -457,8 +459,9 @@ def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
         notes.append(f"Out of range: {row['method_label']} scores {where}; {extrapolated}.")
     for _, row in rows[rows["in_range"] & (rows["bon_equivalent_in_range_frac"] < 1)].iterrows():
         notes.append(f"{row['method_label']} falls outside the Best-of-N curve in "
-                     f"{_percent(1 - row['bon_equivalent_in_range_frac'])} of the resamples; its BoN-equivalent "
-                     "and speedup intervals are over the others.")
+                     f"{_percent(1 - row['bon_equivalent_in_range_frac'])} of the resamples; there its BoN-equivalent "
+                     f"is censored at the curve's end ({bon_max}'s compute above it, {bon_min}'s below), so a limit "
+                     "marked ≥ (≤) is a bound, not an estimate.")
     notes.append(f"≈ Bo-N is BoN-equivalent compute × {int(first['bon_min_n'])} (N of {bon_min}), which assumes "
                  f"Best-of-N's compute grows in proportion to N. Measured compute (× {bon_min}): "
                  f"{first['bon_ladder']}.")
@@ -480,8 +483,10 @@ def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normaliz
         notes.append(f"Brackets: {level:.0%} percentile intervals from a prompt-level paired bootstrap "
                      f"({resamples} resamples of the prompts, the same for every configuration of a pair; the "
                      "tokens SR saved use their own resamples, shared by the α of a pair). Intervals of the "
-                     "BoN-equivalent compute, ≈ Bo-N and the speedup at equal score are over the resamples in "
-                     "which SR lands inside that resample's Best-of-N curve (the \"in range\" share).")
+                     "BoN-equivalent compute, ≈ Bo-N and the speedup at equal score are over every resample; "
+                     "where SR lands beyond that resample's Best-of-N curve its BoN-equivalent is censored at the "
+                     "curve's end, which keeps a lower limit conservative (the \"in range\" column gives the "
+                     "share of resamples inside).")
     if normalization == "bon_min_range":
         notes.append("Score: the paper's eq. 8 improvement, per prompt "
                      "100 · (1 − (max Z − s) / (max Z − min Z)) with Z the rewards of Bo-N_min's candidates "
@@ -532,11 +537,15 @@ def _maybe(prefix: str, value: float, formatter) -> str:
 
 def _with_ci(row: pd.Series, column: str, formatter, unit: str = "") -> str:
     """"value<unit> [lo, hi]" from ``column``, ``column_lo``, ``column_hi`` (no brackets without
-    an interval), e.g. "1.9× [1.7, 2.1]"."""
+    an interval), e.g. "1.9× [1.7, 2.1]". A limit that is only a bound, because resamples beyond
+    the Best-of-N curve were censored at its ends, reads "≥ hi" or "≤ lo"."""
     value, low, high = row[column], row.get(column + "_lo", math.nan), row.get(column + "_hi", math.nan)
     if not np.isfinite(value):
         return MISSING
     if not (np.isfinite(low) and np.isfinite(high)):
         return formatter(value) + unit
-    return f"{formatter(value)}{unit} [{formatter(low)}, {formatter(high)}]"
+    censored = column in ("compute_speedup", "bon_equivalent_compute", "equivalent_n")
+    at_most = "≤ " if censored and row.get("compute_speedup_lo_is_bound", False) else ""
+    at_least = "≥ " if censored and row.get("compute_speedup_hi_is_bound", False) else ""
+    return f"{formatter(value)}{unit} [{at_most}{formatter(low)}, {at_least}{formatter(high)}]"
 

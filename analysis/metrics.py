@@ -265,9 +265,15 @@ def bon_equivalent_compute(
     - bon_equivalent_compute, bon_equivalent_status, bon_equivalent_compute_extrapolated;
     - compute_speedup = bon_equivalent_compute / relative_compute (NaN outside the range)
       and compute_speedup_extrapolated, its out-of-range counterpart;
-    - bon_equivalent_compute_lo/hi and compute_speedup_lo/hi: percentile interval over the
-      resamples on which SR lands inside that resample's BoN curve, and
-      bon_equivalent_in_range_frac, the share of resamples where it does (NaN without draws).
+    - bon_equivalent_compute_lo/hi and compute_speedup_lo/hi: percentile interval over every
+      resample. A resample in which SR lands above that resample's BoN curve is *censored* at
+      the largest BoN's compute (BoN needs at least that much), one below it at Bo-N_min's, so
+      the interval never drops the resamples most favourable (or least) to SR: a censored
+      lower limit is conservative; when more than the interval's tail of resamples are censored
+      above (below), the upper (lower) limit is only a bound, flagged by
+      compute_speedup_hi_is_bound (compute_speedup_lo_is_bound) — read it as "≥ hi" ("≤ lo");
+    - bon_equivalent_in_range_frac, bon_equivalent_above_frac, bon_equivalent_below_frac: the
+      shares of resamples inside, above and below the curve (NaN without draws).
     """
     require_columns(summary, [*by, *CONFIG_COLUMNS, "method_label", "relative_compute", "improvement"],
                     "method summary")
@@ -397,9 +403,11 @@ def _locate_sr_on_bon_curve(summary: pd.DataFrame, draws: pd.DataFrame, confiden
     sr["bon_equivalent_compute_extrapolated"] = [where.extrapolated for where in located]
     sr["compute_speedup"] = sr["bon_equivalent_compute"] / sr["relative_compute"]
     sr["compute_speedup_extrapolated"] = sr["bon_equivalent_compute_extrapolated"] / sr["relative_compute"]
-    for column in ("bon_equivalent_compute_lo", "bon_equivalent_compute_hi", "compute_speedup_lo",
-                   "compute_speedup_hi", "bon_equivalent_in_range_frac"):
-        sr[column] = math.nan
+    interval_columns = ["bon_equivalent_compute_lo", "bon_equivalent_compute_hi", "compute_speedup_lo",
+                        "compute_speedup_hi", "bon_equivalent_in_range_frac", "bon_equivalent_above_frac",
+                        "bon_equivalent_below_frac", "compute_speedup_lo_is_bound", "compute_speedup_hi_is_bound"]
+    for column in interval_columns:
+        sr[column] = False if column.endswith("_is_bound") else math.nan
     if draws.empty or sr.empty:
         return sr
 
@@ -408,16 +416,18 @@ def _locate_sr_on_bon_curve(summary: pd.DataFrame, draws: pd.DataFrame, confiden
 
     bon_draws = draws[draws["method"] == "bon"]
     curve_x, curve_y = by_resample(bon_draws, "relative_compute"), by_resample(bon_draws, "improvement")
+    tail = (1.0 - confidence_level) / 2.0
     for row, label in enumerate(sr["method_label"]):
         mine = draws[draws["method_label"] == label].sort_values("resample")
         compute, status, _ = locate_on_curves(curve_x, curve_y, mine["improvement"].to_numpy(dtype=float))
-        inside = status == "interpolated"
-        speedup = compute / mine["relative_compute"].to_numpy(dtype=float)
-        (low, high), = percentile_interval(np.where(inside, compute, math.nan), confidence_level)
-        (speed_low, speed_high), = percentile_interval(np.where(inside, speedup, math.nan), confidence_level)
-        sr.loc[row, ["bon_equivalent_compute_lo", "bon_equivalent_compute_hi", "compute_speedup_lo",
-                     "compute_speedup_hi", "bon_equivalent_in_range_frac"]] = [
-            low, high, speed_low, speed_high, inside.mean()]
+        above, below = status == "above_range", status == "below_range"
+        censored = np.select([above, below], [curve_x.max(axis=0), curve_x.min(axis=0)], compute)
+        speedup = censored / mine["relative_compute"].to_numpy(dtype=float)
+        (low, high), = percentile_interval(censored, confidence_level)
+        (speed_low, speed_high), = percentile_interval(speedup, confidence_level)
+        sr.loc[row, interval_columns[:-2]] = [low, high, speed_low, speed_high, (status == "interpolated").mean(),
+                                              above.mean(), below.mean()]
+        sr.loc[row, interval_columns[-2:]] = [bool(below.mean() > tail), bool(above.mean() > tail)]
     return sr
 
 

@@ -234,3 +234,14 @@ def test_runs_frame_carries_what_token_savings_needs():
     assert math.isnan(bon["init_batch_size"]) and math.isnan(bon["first_decision_token"])
     assert (spec["num_candidates"], spec["init_batch_size"], spec["min_tokens"], spec["first_decision_token"]) == (
         4, 4, 8, 10)
+
+
+def test_a_limit_censored_at_the_curve_end_reads_as_a_bound():
+    row = sr_row(0.5, 130.0, 1.5, "interpolated", compute=3.0, low=2.5, high=4.0, speedup_low=1.7,
+                 speedup_high=2.7, in_range=0.8)
+    page = render_headline_markdown(headline_table(summary_frame(), pd.DataFrame([{
+        **row, "compute_speedup_hi_is_bound": True, "compute_speedup_lo_is_bound": False}])))
+    assert "2.0× [1.7, ≥ 2.7]" in page and "Bo96 [80, ≥ 128]" in page
+    assert "censored at the curve's end" in page
+    plain = render_headline_markdown(headline_table(summary_frame(), pd.DataFrame([row])))
+    assert "2.0× [1.7, 2.7]" in plain and "≥" not in plain.split("## Notes")[0].split("|")[0]

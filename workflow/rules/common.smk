@@ -396,3 +396,21 @@ def report_failed_prompts():
         prompts = sorted({row["prompt_id"] for row in rows})
         print(f"specrej: {len(prompts)} prompt(s) failed in {len(rows)} run(s) and are left out of the tables: "
               f"{', '.join(prompts)} (see {path})", file=sys.stderr)
+
+
+def report_out_of_range():
+    """After a run: name every SR point whose score lies outside its pair's Best-of-N curve (its
+    BoN-equivalent compute is then not a measurement: extend bon.n or change the operating point)."""
+    import csv
+
+    path = Path(RESULTS) / "metrics" / "bon_equivalent.csv"
+    if not path.exists():
+        return
+    with open(path, newline="", encoding="utf-8") as handle:
+        outside = [row for row in csv.DictReader(handle) if row["bon_equivalent_status"] != "interpolated"]
+    for row in outside:
+        where = {"below_range": "below Bo-N_min", "above_range": "above the largest Best-of-N"}.get(
+            row["bon_equivalent_status"], row["bon_equivalent_status"])
+        print(f"specrej: {row['pair']} {row['method_label']} scores {float(row['improvement']):.1f}, {where}: "
+              f"its BoN-equivalent compute is not interpolated (see {path})", file=sys.stderr)
+
