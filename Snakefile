@@ -4,6 +4,8 @@
 #   snakemake --report results/report.html                # every figure and table, with captions
 # The rules only wire files together: the engine is `specrej`, the analysis is `analysis/`.
 
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -13,7 +15,12 @@ min_version("9.0")
 configfile: f"{workflow.basedir}/config/config.yaml"
 
 
-report: "workflow/report/workflow.rst"
+# the report's first page: the description followed by the study's headline once it exists
+# (results/report_front.rst, written by rule headline); before that, the description alone
+FRONT_PAGE = Path("results/report_front.rst").resolve()
+
+
+report: str(FRONT_PAGE) if FRONT_PAGE.exists() else "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"

@@ -245,3 +245,15 @@ def test_a_limit_censored_at_the_curve_end_reads_as_a_bound():
     assert "censored at the curve's end" in page
     plain = render_headline_markdown(headline_table(summary_frame(), pd.DataFrame([row])))
     assert "2.0× [1.7, 2.7]" in plain and "≥" not in plain.split("## Notes")[0].split("|")[0]
+
+
+def test_the_report_front_page_is_the_headline_in_rst():
+    from analysis.headline import markdown_to_rst
+
+    rst = markdown_to_rst("# Title\n\n## Pair\n\n**SR** wins.\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\n- note\n")
+    assert rst.splitlines()[:5] == ["Title", "=====", "", "Pair", "----"]
+    assert "::\n\n    | a | b |\n    | --- | --- |\n    | 1 | 2 |\n\n- note" in rst
+    from docutils.core import publish_parts  # the renderer of Snakemake's report: no warnings, a table kept
+
+    html = publish_parts(rst, writer="html", settings_overrides={"report_level": 2, "halt_level": 2})
+    assert "<pre" in html["html_body"] and "<strong>SR</strong>" in html["html_body"]

@@ -127,6 +127,7 @@ rule headline:
         bon_equivalent=f"{RESULTS}/metrics/bon_equivalent.csv",
         runs=f"{RESULTS}/metrics/runs.csv",
         correlation=f"{RESULTS}/correlation/summary.csv",
+        description=f"{workflow.basedir}/workflow/report/workflow.rst",
     output:
         markdown=report(
             f"{RESULTS}/summary.md",
@@ -135,6 +136,7 @@ rule headline:
             labels={"table": "headline"},
         ),
         csv=f"{RESULTS}/metrics/headline.csv",
+        front=f"{RESULTS}/report_front.rst",
     params:
         improvement_normalization=config["tables"]["improvement_normalization"],
         bootstrap_resamples=config["tables"]["bootstrap_resamples"],

@@ -1,7 +1,9 @@
 """results/summary.md, the study's headline (analysis.headline): per pair the best SR α, the
 Best-of-N it equals and the compute it saves at equal score, every α, the tokens SR saved next
 to the correlation study's oracle bound, and notes; results/metrics/headline.csv: the same
-numbers, one row per pair and α (the headline table joined with the token savings).
+numbers, one row per pair and α (the headline table joined with the token savings);
+results/report_front.rst: the report's description (workflow/report/workflow.rst) followed by
+the headline, which the Snakefile uses as the report's first page once it exists.
 
 Inputs: summary, bon_equivalent (results/metrics), runs (results/metrics/runs.csv),
 correlation (results/correlation/summary.csv). Params: improvement_normalization,
@@ -12,7 +14,7 @@ import sys
 
 import pandas as pd
 
-from analysis.headline import headline_table, render_headline_markdown, token_savings
+from analysis.headline import headline_table, markdown_to_rst, render_headline_markdown, token_savings
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 params, inputs, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
@@ -40,6 +42,8 @@ markdown = render_headline_markdown(headline, savings, normalization=params.impr
                                     correlation_resamples=params.correlation_resamples)
 with open(out.markdown, "w", encoding="utf-8") as page:
     page.write(markdown)
+with open(inputs.description, encoding="utf-8") as description, open(out.front, "w", encoding="utf-8") as front:
+    front.write(description.read().rstrip() + "\n\n" + markdown_to_rst(markdown))  # the report's first page
 table = headline
 if savings is not None and not savings.empty:
     tokens = savings.drop(columns=["alpha", "confidence_level", "bootstrap_resamples"]).rename(
