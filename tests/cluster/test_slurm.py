@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
-from workflow_checks import assert_tables_and_figures
+from workflow_checks import assert_summary_matches_the_run_files, assert_tables_and_figures
 
 pytestmark = pytest.mark.cluster
 
@@ -245,6 +245,7 @@ def test_tiny_workflow_runs_through_slurm(slurm, generator_dir, tmp_path):
     # every output of `rule all` exists, and nothing is left to do
     results = tmp_path / "results"
     assert_tables_and_figures(results)
+    assert_summary_matches_the_run_files(results)
     assert (results / "correlation/summary.csv").stat().st_size > 0
     for pair in ("tiny--logprob", "tiny--letter-e"):
         for run in ("bon/n2", "bon/n4", "bon/n8", "sr/alpha0.5", "sr/alpha0.75"):

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from workflow_checks import assert_tables_and_figures
+from workflow_checks import assert_summary_matches_the_run_files, assert_tables_and_figures
 
 pytest.importorskip("snakemake")
 
@@ -172,6 +172,7 @@ def test_tiny_run_survives_a_kill_and_produces_every_output(tmp_path, generator_
 
     # 3. every table and figure, with the expected rows
     assert_tables_and_figures(results)
+    assert_summary_matches_the_run_files(results)  # eq. 7-8 recomputed from the run files alone
 
     table1 = _rows(results / "tables/table1.csv")
     assert [row["Method"] for row in table1] == METHODS
