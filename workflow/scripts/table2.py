@@ -11,10 +11,10 @@ from analysis.tables import interval_note, table2_perplexity_speedup, write_tabl
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 sys.path.insert(0, snakemake.scriptdir)  # noqa: F821
-from table_notes import add_notes, failed_note  # noqa: E402
+from table_notes import add_notes, failed_note, zero_spread_note  # noqa: E402
 
 params, out = snakemake.params, snakemake.output  # noqa: F821
-summary = pd.read_csv(snakemake.input.summary)  # noqa: F821
+summary = pd.read_csv(snakemake.input.summary, dtype={"zero_spread_prompts": str})  # noqa: F821
 rows = summary[summary["pair"].isin(params.pairs)]
 notes = []
 if rows.empty:
@@ -31,4 +31,6 @@ if notes:
 elif {"confidence_level", "bootstrap_resamples"} <= set(rows.columns):
     notes.append(interval_note(rows["confidence_level"].iloc[0], int(rows["bootstrap_resamples"].iloc[0])))
 notes.append(failed_note(snakemake.input.failed, params.pairs))  # noqa: F821
+if "zero_spread_prompts" in rows.columns:
+    notes.append(zero_spread_note(rows))
 add_notes(out.md, out.tex, [n for n in notes if n])
