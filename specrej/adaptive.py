@@ -239,3 +239,35 @@ def adaptive_accepted(scores: Sequence[float], fit: PartialFit | None, delta: fl
     record.update(source=fit.source, tau=fit.tau, slope=fit.slope, sigma=fit.sigma, z=z, s_max=s_max,
                   cutoff=cutoff, informative=informative)
     return [x >= cutoff for x in s], record
+
+
+class AdaptiveCut:
+    """`adaptive_accepted` as the engine's rejection rule (`selection.Cut`).
+
+    With `fits` (per decision token, e.g. ``fit_from_prefix_table`` of the pair's correlation
+    study) each round uses the fit at its token (``interpolate_fit``). Without, it estimates one
+    online from the prompt's own previous round (``online_fit``; the first round has none and
+    falls back to the fixed-α cut with `fallback_alpha`). Each round's record says which.
+    """
+
+    def __init__(self, delta: float, fits: Mapping[int, PartialFit] | None = None, *,
+                 fallback_alpha: float = 0.5, correction: str = "bonferroni"):
+        check_delta(delta)
+        self.delta, self.fits, self.fallback_alpha, self.correction = delta, dict(fits or {}), fallback_alpha, correction
+        self.previous: dict = {}  # candidate id -> score at the previous round, for the online fit
+
+    def __call__(self, ids: Sequence, scores: Sequence[float], tau: int) -> tuple[list[bool], dict]:
+        if self.fits:
+            fit = interpolate_fit(self.fits, tau)
+        else:
+            pairs = [(self.previous[i], s) for i, s in zip(ids, scores) if i in self.previous]
+            fit = online_fit([p for p, _ in pairs], [c for _, c in pairs], tau) if pairs else None
+        keep, record = adaptive_accepted(scores, fit, self.delta, correction=self.correction,
+                                         fallback_alpha=self.fallback_alpha)
+        self.previous = dict(zip(ids, scores))
+        return keep, record
+
+    def describe(self) -> dict:
+        return {"rule": "adaptive", "delta": self.delta, "correction": self.correction,
+                "fit": "study" if self.fits else "online", "fallback_alpha": self.fallback_alpha}
+

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import math
+import os
 import time
 import warnings
 from collections.abc import Iterable, Sequence
@@ -10,11 +14,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .budget import default_memory_budget, format_size, token_capacity
+from .budget import PeakMemory, default_memory_budget, format_size, token_capacity
 from .engine import Engine, Rollout, RowOutput, SamplingParams
 from .errors import SpecrejError
 from .rewards import Response, Reward
-from .selection import DEFAULT_MAX_INIT_BATCH, accepted, num_kept, rejection_cutoff
+from .selection import DEFAULT_MAX_INIT_BATCH, AlphaCut, Cut
 
 
 @dataclass
@@ -40,10 +44,11 @@ class Round:
     batch_before: int  # live (generating) rows before the cut
     batch_after: int  # live rows that go on
     ranked: int  # the batch of eq. 3: live rows and the responses completed since the last round
-    kept: int  # ceil((1 - alpha) * ranked): the cutoff's rank
+    kept: int  # ceil((1 - alpha) * ranked): the cutoff's rank (the adaptive rule: = accepted)
     accepted: int  # scores >= cutoff (eq. 5): kept plus the ties at the cutoff
-    cutoff: float  # r_cut (eq. 4)
+    cutoff: float  # r_cut (eq. 4), or the adaptive rule's cutoff
     memory_guard_halted: int  # accepted live rows halted anyway because they did not fit the budget
+    rule: dict = field(default_factory=dict)  # the cut's record: which rule, and why this cutoff
 
 
 @dataclass
@@ -55,7 +60,10 @@ class Result:
     rounds: list[Round]
     timing: dict  # total_s, generate_s (prefill + decode), score_s
     tokens: dict  # generated (sampled tokens, all rows), scored (response tokens given to the reward)
-    peak_kv_bytes: int
+    peak_kv_bytes: int  # computed: the peak of the allocated KV cache (its storages), transients included
+    memory_margin_bytes: int = 0  # Engine.memory_margin: what the run may allocate beside the KV budget
+    measured_peak_bytes: int | None = None  # measured: budget.PeakMemory around the prompt's run (None: not measured)
+    retries: int = 0  # out-of-memory retries with a halved batch (api.run_one); the final batch is in params
 
     @property
     def finalists(self) -> list[Candidate]:
@@ -93,13 +101,63 @@ class Result:
             "timing": self.timing,
             "tokens": self.tokens,
             "peak_kv_bytes": self.peak_kv_bytes,
+            "measured_peak_bytes": self.measured_peak_bytes,
+            "memory_margin_bytes": self.memory_margin_bytes,
+            "retries": self.retries,
         }
 
 
+# the rows of the first batch of the algorithm running in this context (see `_measured`)
+_batch_rows: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("specrej_batch_rows", default=None)
+
+
+def _measured(algorithm):
+    """Run `algorithm` inside `PeakMemory` and record the measured peak in its Result.
+
+    measure_memory: True, False, or None (the default): the environment variable
+    SPECREJ_MEASURE_MEMORY (1 / 0) if set, else on for CUDA (the allocator's statistics cost
+    nothing) and off on CPU (budget.StorageTracker intercepts every op: about 10-20 % more time
+    for batches of 16-64 rows of SmolLM2, which would bias timings).
+
+    An out-of-memory error leaves with `rows`: the size of the first batch it started (None if
+    it failed before any), which `api.run_one` halves to retry."""
+
+    @functools.wraps(algorithm)
+    def run(engine: Engine, *args, measure_memory: bool | None = None, **kwargs) -> Result:
+        if measure_memory is None:
+            setting = os.environ.get("SPECREJ_MEASURE_MEMORY", "").strip()
+            measure_memory = setting not in ("0", "false") if setting else engine.device.type == "cuda"
+        rows: list[int] = []
+        token = _batch_rows.set(rows)
+        meter = PeakMemory(engine.device) if measure_memory else None
+        try:
+            with meter or contextlib.nullcontext():
+                result = algorithm(engine, *args, **kwargs)
+        except Exception as error:
+            if is_out_of_memory(error):
+                error.rows = rows[0] if rows else None
+            raise
+        finally:
+            _batch_rows.reset(token)
+        result.measured_peak_bytes = meter.peak_bytes if meter else None
+        return result
+
+    return run
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """torch's OutOfMemoryError (CUDA), the host allocator's failure (a RuntimeError from
+    DefaultCPUAllocator) or Python's MemoryError."""
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(error, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(error))
+
+
+@_measured
 def best_of_n(engine: Engine, reward: Reward, prompt: str, *, n: int, batch_size: int | None = None,
               memory_budget: int | None = None, sampling: SamplingParams = SamplingParams(), seed: int = 0) -> Result:
     """Sample n responses in batches (the largest that fits the memory budget unless given)
-    and return them all, scored; `Result.best` is the Best-of-N choice."""
+    and return them all, scored; `Result.best` is the Best-of-N choice. A batch's cache is freed
+    before the next batch is allocated. `measure_memory`: see `_measured`."""
     if n < 1:
         raise SpecrejError(f"n must be >= 1, got {n}")
     run = _Run(engine, reward, prompt, sampling, seed)
@@ -115,10 +173,12 @@ def best_of_n(engine: Engine, reward: Reward, prompt: str, *, n: int, batch_size
     return run.finish("bon", {"n": n, "batch_size": batch_size})
 
 
+@_measured
 def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha: float,
                           memory_budget: int | None = None, init_batch_size: int | None = None,
                           max_init_batch: int = DEFAULT_MAX_INIT_BATCH, sampling: SamplingParams = SamplingParams(),
-                          seed: int = 0, min_tokens: int = 8, decision_tokens: Iterable[int] = ()) -> Result:
+                          seed: int = 0, min_tokens: int = 8, decision_tokens: Iterable[int] = (),
+                          cut: Cut | None = None) -> Result:
     """Speculative Rejection, Algorithm 1 with eq. 3-6.
 
     b_init (unless given) is ``default_init_batch``: as many rows as the budget holds for
@@ -127,7 +187,9 @@ def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha:
     responses completed since the last decision), cut at r_cut and keep every response scoring
     >= r_cut (ties included); completed responses join the final set I for good. Repeat until no
     row is live; the answer is the best of I (`Result.best`). `decision_tokens` adds decisions at
-    fixed lengths (for studies). With alpha = 0 and b_init = N this is exactly Best-of-N.
+    fixed lengths (for studies). With alpha = 0 and b_init = N this is exactly Best-of-N. `cut`
+    replaces the alpha cut of eq. 4-5 (`selection.AlphaCut`), e.g. by `adaptive.AdaptiveCut`.
+    `measure_memory`: see `_measured`.
     """
     check_alpha(alpha)
     decision_tokens = set(decision_tokens)
@@ -137,6 +199,7 @@ def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha:
     if b_init < 1 or b_init * min_tokens > capacity:
         raise SpecrejError(f"an initial batch of {b_init} does not fit {min_tokens} tokens each in the memory "
                            f"budget ({capacity} tokens of KV); lower the batch size or raise the budget")
+    cut = cut or AlphaCut(alpha)
     rollout = run.start(b_init, min(sampling.max_new_tokens, capacity // b_init))  # lines 2-3
     rounds: list[Round] = []
     while rollout.num_rows:  # line 4: b > 0
@@ -145,21 +208,20 @@ def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha:
             break
         batch = run.score_batch(rollout)  # line 6, eq. 3: live rows and newly completed responses
         scores = [c.round_scores[-1] for c in batch]
-        cutoff = rejection_cutoff(scores, alpha)  # eq. 4
-        keep = accepted(scores, alpha)  # eq. 5: every score >= r_cut, ties included
+        keep, why = cut([c.id for c in batch], scores, rollout.length)  # eq. 4-5: every score >= r_cut
         going_on = [c for c, ok in zip(batch, keep) if ok and not c.complete]
         # line 7: completed responses are already in I. Memory guard: if the cut freed too little,
         # the lowest-scoring survivors that cannot take one more token are halted too.
         guard = going_on[capacity // (rollout.length + 1):] if rollout.needs_room else []
         going_on = going_on[:len(going_on) - len(guard)]
         rounds.append(Round(decision_token=rollout.length, batch_before=rollout.num_rows, batch_after=len(going_on),
-                            ranked=len(batch), kept=num_kept(len(batch), alpha),
-                            accepted=sum(keep), cutoff=cutoff,
-                            memory_guard_halted=len(guard)))
+                            ranked=len(batch), kept=why.get("kept", sum(keep)), accepted=sum(keep),
+                            cutoff=why["cutoff"], memory_guard_halted=len(guard), rule=why))
         going_on_ids = {c.id for c in going_on}
         run.halt(rollout, [c for c in batch if not c.complete and c.id not in going_on_ids], len(rounds) - 1)
     return run.finish("sr", {"alpha": alpha, "init_batch_size": b_init, "max_init_batch": max_init_batch,
-                             "min_tokens": min_tokens, "decision_tokens": sorted(decision_tokens)}, rounds)
+                             "min_tokens": min_tokens, "decision_tokens": sorted(decision_tokens),
+                             "rejection": cut.describe()}, rounds)
 
 
 def default_init_batch(capacity: int, min_tokens: int, max_init_batch: int = DEFAULT_MAX_INIT_BATCH) -> int:
@@ -187,7 +249,8 @@ class _Run:
         engine.check_fits(len(self.prompt_ids), sampling.max_new_tokens)
         self.generator = torch.Generator(device=engine.device).manual_seed(seed)
         self.candidates: list[Candidate] = []
-        self.rollouts: list[Rollout] = []
+        self.rollouts: list[Rollout] = []  # every batch's, for its counters; a finished one is released
+        self.max_rows = 0
         self.decided_at: set[int] = set()
         self.generate_s = self.score_s = 0.0
         self.tokens_scored = 0
@@ -208,6 +271,11 @@ class _Run:
         return capacity
 
     def start(self, rows: int, max_len: int) -> Rollout:
+        self._release()  # a finished batch's cache is freed before the next one is allocated
+        batch_rows = _batch_rows.get()
+        if batch_rows is not None:
+            batch_rows.append(rows)
+        self.max_rows = max(self.max_rows, rows)
         first = len(self.candidates)
         self.candidates += [Candidate(first + i) for i in range(rows)]
         rollout = Rollout(self.engine, self.prefilled, rows, max_len, self.sampling, self.generator, first)
@@ -246,7 +314,13 @@ class _Run:
             c.halted_round = round_index
         rollout.halt(c.id for c in candidates)
 
+    def _release(self) -> None:
+        for rollout in self.rollouts:
+            if rollout.cache.k:
+                rollout.release()
+
     def finish(self, method: str, params: dict, rounds: Sequence[Round] = ()) -> Result:
+        self._release()
         self._score_final([c for c in self.candidates if c.complete and c.final_score is None])
         params = {**params, "memory_budget": self.budget, "seed": self.seed, **asdict(self.sampling)}
         return Result(
@@ -254,6 +328,7 @@ class _Run:
             timing={"total_s": time.perf_counter() - self.started, "generate_s": self.generate_s, "score_s": self.score_s},
             tokens={"generated": sum(r.tokens_generated for r in self.rollouts), "scored": self.tokens_scored},
             peak_kv_bytes=max(r.cache.peak_bytes for r in self.rollouts),
+            memory_margin_bytes=self.engine.memory_margin(len(self.prompt_ids), self.max_rows, self.sampling),
         )
 
     def _update(self, outputs: list[RowOutput], complete: bool) -> None:

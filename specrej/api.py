@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import warnings
 from collections.abc import Iterable, Sequence
 
+import torch
 from tqdm.auto import tqdm
 
-from .algorithms import Result, best_of_n, speculative_rejection
+from .algorithms import Result, best_of_n, is_out_of_memory, speculative_rejection
 from .engine import Engine, SamplingParams
+from .adaptive import AdaptiveCut
 from .selection import DEFAULT_MAX_INIT_BATCH
 from .errors import SpecrejError
 from .io import PromptItem, RecordWriter, read_prompts
@@ -31,16 +34,54 @@ def prompt_seed(seed: int, prompt_id) -> int:
 def run_one(engine: Engine, reward: Reward, prompt: str, *, method: str, seed: int = 0,
             sampling: SamplingParams = SamplingParams(), n: int | None = None, alpha: float | None = None,
             batch_size: int | None = None, memory_budget: int | None = None, min_tokens: int = 8,
-            max_init_batch: int = DEFAULT_MAX_INIT_BATCH, decision_tokens: Iterable[int] = ()) -> Result:
-    if method == "bon":
-        return best_of_n(engine, reward, prompt, n=n, batch_size=batch_size, memory_budget=memory_budget,
-                         sampling=sampling, seed=seed)
-    if method == "sr":
-        return speculative_rejection(engine, reward, prompt, alpha=alpha, init_batch_size=batch_size,
-                                     memory_budget=memory_budget, sampling=sampling, seed=seed,
-                                     min_tokens=min_tokens, max_init_batch=max_init_batch,
-                                     decision_tokens=decision_tokens)
-    raise SpecrejError(f"unknown method {method!r}; choose bon or sr")
+            max_init_batch: int = DEFAULT_MAX_INIT_BATCH, decision_tokens: Iterable[int] = (),
+            measure_memory: bool | None = None, rejection: str = "alpha", delta: float = 0.05,
+            fits: dict | None = None) -> Result:
+    """One prompt with Best-of-N or SR. Out of memory (CUDA, or the host) during the prompt, it
+    is run again from the start with half the batch (BoN: the same n in more batches; SR: half
+    the initial batch), until a batch of one fails too; `Result.retries` counts the retries and
+    the batch that succeeded is in its params (batch_size / init_batch_size). Responses are
+    never cut short to make room. `measure_memory`: see `algorithms._measured` (None: on for
+    CUDA, off on CPU unless SPECREJ_MEASURE_MEMORY=1). SR's `rejection`: "alpha" (eq. 4-5) or
+    "adaptive" (`adaptive.AdaptiveCut` with `delta` and the pair's `fits`, or an online estimate
+    without; alpha is then its fallback), a fresh rule per attempt: its state is per prompt."""
+    if method not in ("bon", "sr"):
+        raise SpecrejError(f"unknown method {method!r}; choose bon or sr")
+    retries = 0
+    while True:
+        try:
+            if method == "bon":
+                result = best_of_n(engine, reward, prompt, n=n, batch_size=batch_size, memory_budget=memory_budget,
+                                   sampling=sampling, seed=seed, measure_memory=measure_memory)
+            else:
+                result = speculative_rejection(engine, reward, prompt, alpha=alpha, init_batch_size=batch_size,
+                                               memory_budget=memory_budget, sampling=sampling, seed=seed,
+                                               min_tokens=min_tokens, max_init_batch=max_init_batch,
+                                               decision_tokens=decision_tokens, measure_memory=measure_memory,
+                                               cut=AdaptiveCut(delta, fits, fallback_alpha=alpha)
+                                               if rejection == "adaptive" else None)
+            result.retries = retries
+            return result
+        except Exception as error:
+            if not is_out_of_memory(error):
+                raise
+            failed_rows = getattr(error, "rows", None)
+            detail = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        # outside the except block: the traceback (and the failed attempt's tensors) is gone
+        _free_memory(engine.device)
+        if not failed_rows or failed_rows <= 1:
+            where = "before any row was sampled" if not failed_rows else "with a batch of 1"
+            raise SpecrejError(f"out of memory {where} ({detail})")
+        batch_size = failed_rows // 2
+        retries += 1
+        warnings.warn(f"out of memory with a batch of {failed_rows} ({detail}); retrying the prompt with "
+                      f"{batch_size}", stacklevel=2)
+
+
+def _free_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 class _ReportedReward:
@@ -83,7 +124,8 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
     record and the others go on; the returned (closed) writer's `errors` maps the prompt ids
     that failed, in this run or an earlier one, to their errors. `out` is locked while the run
     writes it (`io.output_lock`). `options` go to `run_one` (batch_size, memory_budget,
-    min_tokens, decision_tokens).
+    min_tokens, decision_tokens, measure_memory); a prompt that runs out of memory is retried
+    with a smaller batch there.
     """
     validate(method, n, alpha)
     items = read_prompts(prompts) if not isinstance(prompts, list) else prompts

@@ -1,8 +1,11 @@
-"""Memory accounting: how many rows x generated tokens of KV cache fit in a byte budget.
+"""Memory accounting: how many rows x generated tokens of KV cache fit in a byte budget, and
+the measured peak beside it.
 
-The KV cache is the memory that grows with the batch and the response length (weights and
-activations do not), so Speculative Rejection's "memory runs short" is the moment when
-rows x tokens of KV would exceed the budget.
+The KV cache is the memory that grows with the batch and the response length, so Speculative
+Rejection's "memory runs short" is the moment when rows x tokens of KV would exceed the budget.
+Everything else a prompt's run allocates is bounded by `Engine.memory_margin` (working memory
+of one decode chunk and one sampling chunk, the prefill, and a few bytes per row), and
+`PeakMemory` measures what was really allocated, so the two can be checked against each other.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import re
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 _UNITS = {
     "": 1, "b": 1,
@@ -66,3 +70,116 @@ def token_capacity(budget_bytes: int, kv_bytes: int, prompt_tokens: int, num_lay
     """
     usable = budget_bytes - prompt_tokens * kv_bytes
     return max(0, math.floor(usable / kv_bytes * num_layers / (num_layers + 1)))
+
+
+class PeakMemory:
+    """Context manager: the peak of memory allocated while it is active, above what was allocated
+    on entry (`peak_bytes`, set on exit).
+
+    CUDA: `torch.cuda.max_memory_allocated` (the caching allocator's count of bytes handed out,
+    whatever allocated them: our tensors, cuBLAS / attention workspaces, the reward model), minus
+    `memory_allocated` on entry. Nested meters on one device work: an inner meter's reset of the
+    peak statistics is carried over to the outer ones first.
+
+    CPU: `StorageTracker`, the storages of the tensors that ATen ops create while the meter is
+    active, each counted from its creation until it is freed. It sees every tensor the engine,
+    the sampler, the cache and a reward model allocate, at op granularity; it does not see
+    scratch that a kernel allocates and frees inside one op (oneDNN / MKL workspaces and
+    packing buffers, SDPA's internal blocks), the allocator's own overhead, nor Python objects
+    (token lists, texts).
+    """
+
+    _active_cuda: list["PeakMemory"] = []
+
+    def __init__(self, device: torch.device | str):
+        self.device = torch.device(device)
+        self.peak_bytes = 0
+
+    def __enter__(self) -> "PeakMemory":
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            for outer in self._active_cuda:  # keep what the outer meters saw before our reset
+                if outer.device == self.device:
+                    outer._carried = max(outer._carried, torch.cuda.max_memory_allocated(self.device) - outer._base)
+            self._base = torch.cuda.memory_allocated(self.device)
+            self._carried = 0
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._active_cuda.append(self)
+        else:
+            self._tracker = StorageTracker()
+            self._tracker.__enter__()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self._active_cuda.remove(self)
+            self.peak_bytes = max(self._carried, torch.cuda.max_memory_allocated(self.device) - self._base)
+        else:
+            self._tracker.__exit__(*exc_info)
+            self.peak_bytes = self._tracker.peak_bytes
+
+
+class StorageTracker(TorchDispatchMode):
+    """Live and peak bytes of the tensor storages that ATen ops allocate while the mode is active.
+
+    Each op's outputs that its schema says are new tensors (not aliases of an input: views,
+    in-place and out= results are not allocations) are counted with their storage's byte size,
+    once per storage, until the storage is freed (a weak reference to the storage tells). The
+    peak is taken after each op, so it includes an op's inputs and outputs but not scratch the
+    kernel frees before returning. Frees are looked up lazily: only when the upper bound of the
+    live bytes could set a new peak, so most ops cost one dictionary lookup.
+    """
+
+    def __init__(self):
+        super().__init__()
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        self._weak_ref = StorageWeakRef
+        self._live: dict[int, tuple[object, int]] = {}  # storage address -> (weak ref, bytes)
+        self._fresh: dict[object, tuple[bool, ...]] = {}  # op -> whether each return is a new tensor
+        self.live_bytes = 0  # an upper bound: frees are subtracted at the next sweep
+        self.peak_bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        fresh = self._fresh.get(func)
+        if fresh is None:
+            # torch.tensor(data) is built outside the dispatcher, then passed through lift_fresh
+            fresh = tuple(r.alias_info is None or func is _LIFT_FRESH for r in func._schema.returns)
+            self._fresh[func] = fresh
+        if True in fresh:
+            outs = (out,) if len(fresh) == 1 else out
+            storages = {s._cdata: s for is_new, o in zip(fresh, outs) if is_new for s in _storages(o)}
+            new = [(s, s.nbytes()) for key, s in storages.items() if key not in self._live or self._expired(key)]
+            added = sum(n for _, n in new)
+            if self.live_bytes + added > self.peak_bytes or len(self._live) > 4096:
+                self._sweep()
+            for s, n in new:
+                self._live[s._cdata] = (self._weak_ref(s), n)
+                self.live_bytes += n
+            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        return out
+
+    def _expired(self, key: int) -> bool:
+        ref, n = self._live[key]
+        if not ref.expired():
+            return False
+        del self._live[key]
+        self.live_bytes -= n
+        return True
+
+    def _sweep(self) -> None:
+        for key in [k for k, (ref, _) in self._live.items() if ref.expired()]:
+            self.live_bytes -= self._live.pop(key)[1]
+
+
+_LIFT_FRESH = torch.ops.aten.lift_fresh.default
+
+
+def _storages(out) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out.untyped_storage()] if out.layout == torch.strided and out.device.type != "meta" else []
+    if isinstance(out, (list, tuple)):
+        return [s for o in out for s in _storages(o)]
+    return []

@@ -49,8 +49,15 @@ class KVCache:
     def allocated_rows(self) -> int:
         return self.k[0].shape[0] if self.k else 0
 
-    def _bytes(self, tensors: list[torch.Tensor]) -> int:
-        return sum(t.numel() * t.element_size() for t in tensors)
+    @staticmethod
+    def _bytes(tensors: list[torch.Tensor]) -> int:
+        """Bytes of the storages behind `tensors`, each counted once: a view keeps its whole
+        storage alive, so numel x element size would undercount it."""
+        storages = {}
+        for t in tensors:
+            storage = t.untyped_storage()
+            storages[storage._cdata] = storage.nbytes()
+        return sum(storages.values())
 
     @property
     def allocated_bytes(self) -> int:
@@ -65,6 +72,11 @@ class KVCache:
         self.prompt_k, self.prompt_v = prompt_k, prompt_v
         self._track()
 
+    def free(self) -> None:
+        """Drop the buffers (and this cache's reference to the prompt KV); `peak_bytes` stays."""
+        self.prompt_k, self.prompt_v, self.k, self.v = [], [], [], []
+        self.rows = self.length = 0
+
     def allocate(self, rows: int, max_len: int) -> None:
         shape = (rows, self.num_kv_heads, max_len, self.head_dim)
         self.k = [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
@@ -72,12 +84,15 @@ class KVCache:
         self.rows, self.length = rows, 0
         self._track()
 
-    def update(self, layer: int, pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the new token's k/v [rows, kv_heads, head_dim] at `pos`; return the live views."""
-        self.k[layer][: self.rows, :, pos] = k
-        self.v[layer][: self.rows, :, pos] = v
+    def update(self, layer: int, pos: int, k: torch.Tensor, v: torch.Tensor,
+               start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new token's k/v [rows, kv_heads, head_dim] of live rows start... at `pos`;
+        return those rows' views of the cache (a decode step may go a chunk of rows at a time)."""
+        rows = slice(start, start + k.shape[0])
+        self.k[layer][rows, :, pos] = k
+        self.v[layer][rows, :, pos] = v
         self.length = pos + 1
-        return self.k[layer][: self.rows, :, : pos + 1], self.v[layer][: self.rows, :, : pos + 1]
+        return self.k[layer][rows, :, : pos + 1], self.v[layer][rows, :, : pos + 1]
 
     # -- shrinking and growing -----------------------------------------------------------
     def prune(self, order: torch.Tensor) -> None:

@@ -62,6 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--max-init-batch", type=int, default=DEFAULT_MAX_INIT_BATCH,
                      help="SR: cap on the default b_init = min(this, KV capacity // --min-tokens); the official "
                           "code's 1000 (default: %(default)s)")
+    gen.add_argument("--rejection", choices=["alpha", "adaptive"], default="alpha",
+                     help="SR: 'alpha' halts the lowest alpha fraction each round (the paper, eq. 4-5); 'adaptive' "
+                          "halts a row when even an optimistic projection of its final reward falls below a "
+                          "pessimistic projection of the best row's (paper §6; specrej/adaptive.py), alpha being its "
+                          "fallback when no fit exists")
+    gen.add_argument("--delta", type=float, default=0.05,
+                     help="adaptive: the chance, per round and under the fitted model, of halting the row that "
+                          "would end best (0 = Best-of-N)")
+    gen.add_argument("--fit", metavar="PREFIXES.parquet",
+                     help="adaptive: a prefix table of this generator/reward pair (`specrej score-prefixes`) to fit "
+                          "final on partial reward per decision token; without it each prompt estimates online")
     gen.add_argument("--decision-tokens", type=_ints, default=[],
                      help="SR: extra decision tokens at fixed lengths, e.g. 16,32,64 (for studies)")
     gen.add_argument("--max-new-tokens", type=int, default=256)
@@ -153,6 +164,18 @@ def generate(args: argparse.Namespace) -> int:
     from .rewards import load_reward
 
     validate(args.method, args.n, args.alpha)  # bad settings fail before minutes of model loading
+    fits = None
+    if args.rejection == "adaptive":
+        from .adaptive import check_delta, fit_from_prefix_table
+
+        check_delta(args.delta)
+        if args.fit:
+            import pandas as pd
+
+            try:
+                fits = fit_from_prefix_table(pd.read_parquet(args.fit))
+            except (OSError, ValueError, KeyError) as error:
+                raise SpecrejError(f"--fit {args.fit}: cannot fit from it ({error})") from error
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
     prompts = read_prompts(args.prompts)
     if not prompts:
@@ -167,7 +190,7 @@ def generate(args: argparse.Namespace) -> int:
                              n=args.n, alpha=args.alpha, batch_size=args.batch_size,
                              memory_budget=args.memory_budget, min_tokens=args.min_tokens,
                              max_init_batch=args.max_init_batch, decision_tokens=args.decision_tokens,
-                             progress=not args.no_progress)
+                             rejection=args.rejection, delta=args.delta, fits=fits, progress=not args.no_progress)
     failed = [(item.prompt_id, writer.errors[item.prompt_id]) for item in prompts if item.prompt_id in writer.errors]
     if failed and len(failed) == len(prompts):
         prompt_id, error = failed[0]

@@ -127,7 +127,12 @@ class Engine:
         self.sliding_window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
         self.kv_bytes_per_token = kv_bytes_per_token(len(self.layers), self.num_kv_heads, self.head_dim, self.dtype)
         self.stop_token_ids = torch.tensor(sorted(set(stop_token_ids) | _eos_ids(model, tokenizer)), device=self.device)
-        self.sample_chunk_rows = max(1, 2**24 // config.vocab_size)  # ~64 MiB of fp32 logits per chunk
+        # Rows are sampled and decoded in chunks, so that the logits and activations of a step are
+        # bounded (see memory_margin). A GPU wants large chunks (each chunk reads the weights
+        # again); a CPU is compute-bound from a few dozen rows on.
+        cuda = self.device.type == "cuda"
+        self.sample_chunk_rows = max(1, (2**24 if cuda else 2**22) // config.vocab_size)  # 64 / 16 MiB of fp32 logits
+        self.decode_chunk_bytes = 2**30 if cuda else 2**26  # activations of one decode chunk (decode_row_bytes)
         self._fuse_projections()
 
     # -- set-up --------------------------------------------------------------------------
@@ -171,6 +176,46 @@ class Engine:
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.layers), self.num_kv_heads, self.head_dim, self.dtype, self.device)
+
+    # -- memory --------------------------------------------------------------------------
+    def decode_row_bytes(self, context_len: int) -> int:
+        """Upper bound on one row's activations in a decode step with `context_len` tokens of KV
+        (prompt + generated), counted at 4 bytes an element: the residual stream, norm and
+        attention output (4 x hidden), the fused qkv output and its rotated copies (3 x qkv), the
+        gate/up output, activation and product (4 x intermediate), and the attention scores,
+        their scaled and soft-maxed copies and the re-laid-out prompt part (5 x heads x context)."""
+        qkv = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        return 4 * (4 * self.config.hidden_size + 3 * qkv + 4 * self.config.intermediate_size
+                    + 5 * self.num_heads * context_len)
+
+    def decode_chunk_rows(self, context_len: int) -> int:
+        """Rows fed through the model at once in a decode step: as many as keep the activations
+        within `decode_chunk_bytes` (at least one), so they do not grow with b_init."""
+        return max(1, self.decode_chunk_bytes // self.decode_row_bytes(context_len))
+
+    def memory_margin(self, prompt_len: int, rows: int, params: SamplingParams) -> int:
+        """Bytes beside the KV budget that a prompt's run with at most `rows` rows may allocate
+        (the bound that tests/test_memory.py checks the measured peak against):
+
+        - decode: one chunk of rows' activations, at most max(decode_chunk_bytes, one row's);
+        - sampling: `sampler_copies(params)` fp32 [rows, vocab] tensors for one chunk of at most
+          `sample_chunk_rows` rows (logits, their tempered/sorted/soft-maxed/cumulated copies,
+          the int64 sort indices);
+        - prefill: the prompt's activations (prompt_len rows) and its attention scores;
+        - per row: the token-id and log-prob buffers [max_new_tokens] and one gathered copy of
+          them (when responses are read out), three [hidden] states and a few ids and masks.
+
+        Not included: the reward model's pass (a reward model scores --reward-batch-size responses
+        at a time, so its activations are bounded by that batch, not by the number of rows) and
+        Python objects (token lists, texts).
+        """
+        context = prompt_len + params.max_new_tokens
+        row = self.decode_row_bytes(context)
+        decode = min(rows * row, max(self.decode_chunk_bytes, row))
+        sampling = sampler_copies(params) * min(rows, self.sample_chunk_rows) * self.config.vocab_size * 4
+        prefill = prompt_len * self.decode_row_bytes(prompt_len) + 4 * self.num_heads * prompt_len**2
+        per_row = 2 * 12 * params.max_new_tokens + 3 * 4 * self.config.hidden_size + 128
+        return decode + sampling + prefill + rows * per_row
 
     # -- forward -------------------------------------------------------------------------
     def _forward(self, token_ids: torch.Tensor, first_pos: int, attend: Callable) -> torch.Tensor:
@@ -219,8 +264,10 @@ class Engine:
         ks, vs = [], []
 
         def attend(layer, q, k, v):
-            ks.append(k[0])
-            vs.append(v[0])
+            # copies, not views: k is a view of the rotated q+k tensor and v of the fused qkv
+            # output, and a view would keep that whole storage alive for the prompt's run
+            ks.append(k[0].clone(memory_format=torch.contiguous_format))
+            vs.append(v[0].clone(memory_format=torch.contiguous_format))
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
 
         hidden = self._forward(torch.tensor([prompt_ids], device=self.device), 0, attend)
@@ -229,14 +276,29 @@ class Engine:
     @torch.inference_mode()
     def decode_one_token(self, cache: KVCache, tokens: torch.Tensor, pos: int) -> torch.Tensor:
         """Feed each live row's token at generated position `pos`; returns the hidden states that
-        predict the next token, [rows, hidden]."""
+        predict the next token, [rows, hidden]. Rows go through the model in chunks of
+        `decode_chunk_rows`, so a step's activations stay bounded however many rows there are."""
         prompt_len = cache.prompt_k[0].shape[1]
+        chunk = self.decode_chunk_rows(prompt_len + pos + 1)
+        hidden = []
+        for start in range(0, tokens.shape[0], chunk):
+            def attend(layer, q, k, v, start=start):
+                k, v = cache.update(layer, pos, k[:, :, 0], v[:, :, 0], start)
+                return attend_decode(q, cache.prompt_k[layer], cache.prompt_v[layer], k, v, self.scale)
 
-        def attend(layer, q, k, v):
-            k, v = cache.update(layer, pos, k[:, :, 0], v[:, :, 0])
-            return attend_decode(q, cache.prompt_k[layer], cache.prompt_v[layer], k, v, self.scale)
+            hidden.append(self._forward(tokens[start : start + chunk, None], prompt_len + pos, attend))
+        return hidden[0] if len(hidden) == 1 else torch.cat(hidden)
 
-        return self._forward(tokens[:, None], prompt_len + pos, attend)
+
+def sampler_copies(params: SamplingParams) -> int:
+    """fp32 [rows, vocab] tensors alive at once while `sample` draws one chunk, at most.
+
+    Top-p: the logits, the tempered copy, the sorted values and their int64 indices (2), the
+    softmax, its cumsum, the masked copy, the final softmax and cumsum, of which at most about
+    7.5 at once (7 measured with budget.StorageTracker). Otherwise the logits, the tempered copy,
+    the softmax and its cumsum: 4. Half a copy more for the lm_head output of a 16-bit model.
+    """
+    return 8 if params.top_p < 1 else 5
 
 
 def _fuse(*modules, attr: str):
@@ -322,6 +384,12 @@ class Rollout:
     def grow(self, max_len: int) -> None:
         self.cache.relayout(max_len)
 
+    def release(self) -> None:
+        """Free the KV cache and the per-row buffers once no row is live (counters stay)."""
+        self.cache.free()
+        self.candidate_ids = self.candidate_ids.new_empty(0)
+        self.tokens = self.logprobs = self.hidden = None
+
     def _outputs(self, rows: torch.Tensor, stopped: torch.Tensor | None) -> list[RowOutput]:
         ids = self.candidate_ids[rows].tolist()
         tokens = self.tokens[rows, : self.length].tolist()
@@ -336,6 +404,18 @@ class Rollout:
         removed = self._outputs(remove.nonzero().flatten(), stopped)
         order = compaction_order(~remove)
         self.candidate_ids = self.candidate_ids[order]
-        self.tokens, self.logprobs, self.hidden = self.tokens[order], self.logprobs[order], self.hidden[order]
+        self.hidden = self.hidden[order]
+        # the token and log-prob buffers are compacted in place (only the rows that move are
+        # copied), like the cache: a gathered copy would double them for the moment
+        self.tokens, self.logprobs = _compact(self.tokens, order), _compact(self.logprobs, order)
         self.cache.prune(order)
         return removed
+
+
+def _compact(buffer: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """buffer's rows `order` as its first rows, in place; returns the view of those rows."""
+    slots = torch.arange(order.numel(), device=order.device)
+    moved = order != slots
+    if moved.any():
+        buffer[slots[moved]] = buffer[order[moved]]
+    return buffer[: order.numel()]

@@ -92,6 +92,9 @@ class SequenceClassificationReward:
 
     @torch.inference_mode()
     def score(self, prompt: str, responses: Sequence[Response]) -> list[float]:
+        """Scores in forward passes of `batch_size` responses: only that batch is tokenized and
+        run at once, so the activations are bounded by batch_size x max_length tokens however
+        many responses there are (SR's first pass scores b_init of them)."""
         texts = [self.render(prompt, r.text) for r in responses]
         scores: list[float] = []
         for start in range(0, len(texts), self.batch_size):

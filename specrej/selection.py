@@ -2,7 +2,8 @@
 imports it), so both give the same set on the same scores."""
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from typing import Protocol
 
 # The official code's cap on SR's initial batch (speculative_rejection.py: min(..., 1000)).
 DEFAULT_MAX_INIT_BATCH = 1000
@@ -30,3 +31,28 @@ def accepted(scores: Sequence[float], alpha: float) -> list[bool]:
     so more than ceil((1 - alpha) * n) may go on, and the set never depends on row order."""
     cutoff = rejection_cutoff(scores, alpha)
     return [score >= cutoff for score in scores]
+
+
+class Cut(Protocol):
+    """A rejection rule: given the round's candidate ids, their scores and the decision token,
+    which go on (eq. 5's role) and a record of why (`cutoff` at least; kept in `Round.rule`)."""
+
+    def __call__(self, ids: Sequence[Hashable], scores: Sequence[float], tau: int) -> tuple[list[bool], dict]: ...
+
+    def describe(self) -> dict: ...
+
+
+class AlphaCut:
+    """The paper's rule, eq. 4-5, with one rejection rate alpha for every prompt and round."""
+
+    def __init__(self, alpha: float):
+        self.alpha = alpha
+
+    def __call__(self, ids: Sequence[Hashable], scores: Sequence[float], tau: int) -> tuple[list[bool], dict]:
+        cutoff = rejection_cutoff(scores, self.alpha)
+        return [score >= cutoff for score in scores], {"rule": "alpha", "alpha": self.alpha, "cutoff": cutoff,
+                                                       "kept": num_kept(len(scores), self.alpha)}
+
+    def describe(self) -> dict:
+        return {"rule": "alpha", "alpha": self.alpha}
+

@@ -195,3 +195,27 @@ def test_callable_reward_must_return_one_score_per_response():
 
     with pytest.raises(SpecrejError, match="1 scores for 2"):
         reward.score("p", [Response("a"), Response("b")])
+
+
+def test_adaptive_cut_records_its_rule_and_delta_zero_is_best_of_n(engine):
+    from specrej.adaptive import AdaptiveCut, PartialFit
+
+    reward = load_reward("python:toy_rewards:letter_e")
+    exact = {8: PartialFit(tau=8, slope=1.0, intercept=0.0, sigma=0.0, n=100)}  # partial predicts final exactly
+    sharp = speculative_rejection(engine, reward, PROMPT, alpha=0.5, init_batch_size=12, memory_budget=BIG,
+                                  sampling=SAMPLING, seed=3, decision_tokens=[8], cut=AdaptiveCut(0.05, exact))
+    batch, scores = round_batch(sharp, 0)
+    live = [(c, s) for c, s in zip(batch, scores) if not completed_by(c, sharp.rounds[0])]
+    top = max(s for _, s in live)
+    # sigma = 0: only rows tied with the best live score can still win, so only they go on
+    assert {c.id for c, _ in live if c.halted_round is None} == {c.id for c, s in live if s == top}
+    assert sharp.rounds[0].rule["rule"] == "adaptive" and sharp.rounds[0].rule["source"] == "fit"
+    assert sharp.params["rejection"] == {"rule": "adaptive", "delta": 0.05, "correction": "bonferroni",
+                                         "fit": "study", "fallback_alpha": 0.5}
+    bon = best_of_n(engine, reward, PROMPT, n=12, batch_size=12, memory_budget=BIG, sampling=SAMPLING, seed=3)
+    never = speculative_rejection(engine, reward, PROMPT, alpha=0.5, init_batch_size=12, memory_budget=BIG,
+                                  sampling=SAMPLING, seed=3, decision_tokens=[4, 8], cut=AdaptiveCut(0.0, exact))
+    assert texts(never) == texts(bon) and never.best.id == bon.best.id  # delta = 0 halts nothing: Best-of-N
+    online = speculative_rejection(engine, reward, PROMPT, alpha=0.5, init_batch_size=12, memory_budget=BIG,
+                                   sampling=SAMPLING, seed=3, decision_tokens=[4, 8], cut=AdaptiveCut(0.05))
+    assert online.rounds[0].rule["source"] == "fixed_alpha_fallback"  # no earlier round to estimate from

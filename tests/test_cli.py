@@ -52,7 +52,29 @@ def test_round_trip_bon_and_sr(generator_dir, reward_model_dir, prompts_file, tm
         assert any(c["halted_round"] is not None for c in r["candidates"])
 
 
+def test_adaptive_rejection_from_a_prefix_fit_and_online(generator_dir, prompts_file, tmp_path):
+    full = tmp_path / "full.jsonl"
+    assert generate(generator_dir, prompts_file, full, "--method", "bon", "--n", "12") == 0
+    prefixes = tmp_path / "prefixes.parquet"
+    assert main(["score-prefixes", "--trajectories", str(full), "--reward", "logprob", "--decision-tokens", "4,8",
+                 "--out", str(prefixes), "--no-progress"]) == 0
+    fitted, online = tmp_path / "fitted.jsonl", tmp_path / "online.jsonl"
+    sr = ["--method", "sr", "--alpha", "0.5", "--batch-size", "16", "--decision-tokens", "4,8", "--rejection",
+          "adaptive", "--delta", "0.1"]
+    assert generate(generator_dir, prompts_file, fitted, *sr, "--fit", str(prefixes)) == 0
+    assert generate(generator_dir, prompts_file, online, *sr) == 0
+    for record in read_records(fitted):
+        assert record["params"]["rejection"]["fit"] == "study"
+        assert {r["rule"]["source"] for r in record["rounds"]} <= {"fit", "interpolated"}
+        for r in record["rounds"]:  # the record says why: the cutoff is the rule's
+            assert r["cutoff"] == r["rule"]["cutoff"] and r["rule"]["delta"] == 0.1
+    for record in read_records(online):  # no fit: the first round falls back to alpha, later ones estimate
+        assert record["params"]["rejection"]["fit"] == "online"
+        assert record["rounds"][0]["rule"]["source"] == "fixed_alpha_fallback"
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--method", "sr", "--alpha", "0.5", "--rejection", "adaptive", "--delta", "0.7"], "delta"),
     (["--method", "sr", "--alpha", "1.0"], "--alpha must be in [0, 1)"),
     (["--method", "sr", "--alpha", "-0.1"], "--alpha must be in [0, 1)"),
     (["--method", "bon", "--n", "0"], "--n must be >= 1"),

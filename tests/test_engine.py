@@ -143,3 +143,22 @@ def test_sampling_in_row_chunks_changes_nothing(generator_dir):
         runs.append((rollout.tokens[:, :6].clone(), rollout.logprobs[:, :6].clone()))
     assert torch.equal(runs[0][0], runs[1][0])
     torch.testing.assert_close(runs[0][1], runs[1][1])
+
+
+def test_decoding_in_row_chunks_matches_one_chunk(generator_dir):
+    """A decode step may feed the rows in chunks (bounded activations); the tokens do not change."""
+    from specrej import load_engine
+
+    engine = load_engine(str(generator_dir))
+    runs = []
+    for chunk_bytes in (engine.decode_chunk_bytes, 3 * engine.decode_row_bytes(64)):
+        engine.decode_chunk_bytes = chunk_bytes
+        prompt_ids, rollout = new_rollout(engine, rows=8, seed=5)
+        for _ in range(6):
+            rollout.step()
+        runs.append((rollout.tokens[:, :6].clone(), rollout.logprobs[:, :6].clone()))
+        torch.testing.assert_close(engine.logits(rollout.hidden),
+                                   reference_logits(engine, prompt_ids, live_tokens(rollout)), atol=ATOL, rtol=0)
+    assert 3 <= engine.decode_chunk_rows(len(prompt_ids) + 1) < 8  # the second run went in several chunks
+    assert torch.equal(runs[0][0], runs[1][0])
+    torch.testing.assert_close(runs[0][1], runs[1][1])

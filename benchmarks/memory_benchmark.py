@@ -1,0 +1,123 @@
+"""Memory benchmark: the computed KV peak, the measured peak and the budget, per method.
+
+    python benchmarks/memory_benchmark.py [--model default] [--dtype float32] [--max-new-tokens 64]
+                                          [--n 256 --batch-size 64] [--b-init 2048] [--prompts 1]
+
+Cases: Best-of-N with n responses in batches of --batch-size, and SR (alpha 0.5) whose default
+b_init is --b-init. Each gets the smallest budget whose KV capacity holds its batch (Best-of-N:
+batch x max_new_tokens tokens; SR: b_init x --min-tokens), so the budget is what the batch needs.
+The measured peak is `specrej.budget.PeakMemory` around the prompt's run (CUDA: the allocator's
+max_memory_allocated; CPU: budget.StorageTracker, the tensor storages ATen allocates), the meter
+of this checkout, loaded from its file. To measure another version of the package with the same
+meter, put it first on the path:
+
+    git archive HEAD specrej | tar -x -C /tmp/before
+    PYTHONPATH=/tmp/before python benchmarks/memory_benchmark.py --label before
+
+Nothing here is a test: it prints what it measured, and the command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import specrej
+from specrej.algorithms import best_of_n, speculative_rejection
+from specrej.api import load_engine
+from specrej.budget import format_size, token_capacity
+from specrej.engine import SamplingParams
+from specrej.rewards import LogProbReward
+
+PROMPTS = ["Write a short story about a robot who learns to paint.",
+           "Explain why the sky is blue to a ten-year-old."]
+
+
+def load_meter():
+    """PeakMemory from this checkout's specrej/budget.py, whichever specrej is imported."""
+    path = Path(__file__).resolve().parents[1] / "specrej" / "budget.py"
+    spec = importlib.util.spec_from_file_location("memory_meter", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.PeakMemory
+
+
+def budget_for(engine, prompt: str, slots: int) -> int:
+    """The smallest budget (in whole tokens of KV) whose capacity holds `slots` generated tokens."""
+    prompt_len = len(engine.encode_prompt(prompt))
+    kv, layers = engine.kv_bytes_per_token, len(engine.layers)
+    budget = kv * (prompt_len + slots)
+    while token_capacity(budget, kv, prompt_len, layers) < slots:
+        budget += kv
+    return budget
+
+
+def measured(algorithm, meter_class, engine, *args, **kwargs):
+    """(result, measured peak): the algorithm's own measurement when it has one, else the meter's."""
+    if hasattr(algorithm, "__wrapped__"):  # measured by specrej itself (algorithms._measured)
+        result = algorithm(engine, *args, measure_memory=True, **kwargs)
+        return result, result.measured_peak_bytes
+    with meter_class(engine.device) as meter:
+        result = algorithm(engine, *args, **kwargs)
+    return result, meter.peak_bytes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="default")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--n", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--b-init", type=int, default=2048)
+    parser.add_argument("--min-tokens", type=int, default=8)
+    parser.add_argument("--alpha", type=float, default=0.5)
+    parser.add_argument("--prompts", type=int, default=1, help=f"prompts per case (at most {len(PROMPTS)})")
+    parser.add_argument("--methods", default="bon,sr")
+    parser.add_argument("--label", default="this checkout")
+    args = parser.parse_args()
+
+    PeakMemory = load_meter()
+    engine = load_engine(args.model, dtype=args.dtype, device=args.device)
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens)
+    reward = LogProbReward()
+    rows = []
+    for prompt in PROMPTS[: args.prompts]:
+        if "bon" in args.methods:
+            budget = budget_for(engine, prompt, args.batch_size * args.max_new_tokens)
+            tic = time.perf_counter()
+            result, peak = measured(best_of_n, PeakMemory, engine, reward, prompt, n=args.n,
+                                    batch_size=args.batch_size, memory_budget=budget, sampling=sampling)
+            rows.append((f"BoN n={args.n} batch={args.batch_size}", budget, result, peak, time.perf_counter() - tic))
+        if "sr" in args.methods:
+            budget = budget_for(engine, prompt, args.b_init * args.min_tokens)
+            tic = time.perf_counter()
+            result, peak = measured(speculative_rejection, PeakMemory, engine, reward, prompt, alpha=args.alpha,
+                                    memory_budget=budget, sampling=sampling, min_tokens=args.min_tokens,
+                                    max_init_batch=args.b_init)
+            name = f"SR b_init={result.params['init_batch_size']} alpha={args.alpha} ({len(result.rounds)} rounds)"
+            rows.append((name, budget, result, peak, time.perf_counter() - tic))
+
+    print(f"# {args.label}: specrej from {Path(specrej.__file__).parent}")
+    print(f"# model {args.model} ({args.dtype}, {engine.device}), max_new_tokens {args.max_new_tokens}, "
+          f"kv {engine.kv_bytes_per_token} B/token; torch {torch.__version__}, "
+          f"{platform.processor() or platform.machine()}")
+    header = ("case", "budget", "computed KV peak", "measured peak", "measured/budget", "margin", "time")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for name, budget, result, peak, seconds in rows:
+        margin = getattr(result, "memory_margin_bytes", None)
+        print(f"| {name} | {format_size(budget)} | {format_size(result.peak_kv_bytes)} | {format_size(peak)} | "
+              f"{peak / budget:.2f} | {format_size(margin) if margin else '-'} | {seconds:.0f} s |")
+    print("\ncommand: " + " ".join([Path(sys.executable).name, *sys.argv]))
+
+
+if __name__ == "__main__":
+    main()
