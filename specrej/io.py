@@ -254,4 +254,9 @@ def merge_shards(records: list[dict], all_candidates: bool = False) -> dict:
                    "shard_total_s": [r["timing"]["total_s"] for r in records]},
         "tokens": {key: sum(r["tokens"][key] for r in records) for key in ("generated", "scored")},
         "peak_kv_bytes": max(r["peak_kv_bytes"] for r in records),
+        # each shard is its own device: the merged record keeps the worst shard's memory
+        "measured_peak_bytes": max((r["measured_peak_bytes"] for r in records
+                                    if r.get("measured_peak_bytes") is not None), default=None),
+        "memory_margin_bytes": max(r.get("memory_margin_bytes", 0) for r in records),
+        "retries": sum(r.get("retries", 0) for r in records),
     }

@@ -37,6 +37,11 @@ def test_merge_keeps_the_best_over_shards_and_sums_compute():
     assert merged["params"]["n"] == 4 and merged["params"]["shards"] == 2 and merged["params"]["shard_seeds"] == [1, 2]
     assert merged["params"]["shards"] * merged["timing"]["total_s"] == 10.0  # summed shard time
     assert merged["tokens"] == {"generated": 20, "scored": 20} and merged["peak_kv_bytes"] == 200
+    # memory per shard (one device each): the worst shard; retries add up; unmeasured stays None
+    assert merged["measured_peak_bytes"] is None and merged["retries"] == 0
+    measured = merge_shards([{**shard_record(1, [0.1], 1.0), "measured_peak_bytes": 300, "retries": 1},
+                             {**shard_record(2, [0.2], 1.0), "measured_peak_bytes": 500, "retries": 0}])
+    assert measured["measured_peak_bytes"] == 500 and measured["retries"] == 1
 
 
 def test_a_failed_shard_makes_an_error_record():
