@@ -28,6 +28,14 @@ def compaction_order(keep: torch.Tensor) -> torch.Tensor:
     return order
 
 
+def moved_rows(order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(src, dst): the rows that `order` (new row j is old row order[j]) actually moves, so a
+    buffer is compacted in place by copying buf[src] into buf[dst] and nothing else."""
+    slots = torch.arange(order.numel(), device=order.device)
+    moved = order != slots
+    return order[moved], slots[moved]
+
+
 class KVCache:
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device):
         self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
@@ -97,10 +105,8 @@ class KVCache:
     # -- shrinking and growing -----------------------------------------------------------
     def prune(self, order: torch.Tensor) -> None:
         """Keep rows `order` (new row j is old row order[j]); copies only rows that move."""
-        slots = torch.arange(order.numel(), device=order.device)
-        moved = order != slots
-        if moved.any():
-            src, dst = order[moved], slots[moved]
+        src, dst = moved_rows(order)
+        if src.numel():
             per_layer_row = self.num_kv_heads * self.length * self.head_dim * self.k[0].element_size()
             self._track(transient=src.numel() * per_layer_row)  # the gathered rows of one buffer
             for layer in range(self.num_layers):

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from .budget import kv_bytes_per_token
-from .cache import KVCache, compaction_order
+from .cache import KVCache, compaction_order, moved_rows
 from .errors import SpecrejError
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -414,8 +414,7 @@ class Rollout:
 
 def _compact(buffer: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     """buffer's rows `order` as its first rows, in place; returns the view of those rows."""
-    slots = torch.arange(order.numel(), device=order.device)
-    moved = order != slots
-    if moved.any():
-        buffer[slots[moved]] = buffer[order[moved]]
+    src, dst = moved_rows(order)
+    if src.numel():
+        buffer[dst] = buffer[src]
     return buffer[: order.numel()]

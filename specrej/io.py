@@ -16,7 +16,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,7 +177,7 @@ class RecordWriter:
             lines = _complete_lines(self.path)
             if self.path.exists() and sum(map(len, lines)) != self.path.stat().st_size:
                 self.path.write_bytes(b"".join(lines))  # drop the torn tail of a killed run
-            records = _unique([json.loads(line) for line in lines], self.path)
+            records = read_records(self.path)
             for record in records[:1]:
                 previous = {"method": record.get("method"), **record.get("params", {})}
                 changed = [k for k in ("method", *RESUME_KEYS) if previous.get(k) != settings.get(k)]
@@ -206,6 +206,16 @@ class RecordWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def records_by_prompt(paths: Iterable[str | os.PathLike]) -> list[list[dict]]:
+    """The records of several run files grouped by prompt, in order of first appearance (each
+    file is read with `read_records`, so none holds a prompt twice)."""
+    groups: dict[str, list[dict]] = {}
+    for path in paths:
+        for record in read_records(path):
+            groups.setdefault(json.dumps(record["prompt_id"]), []).append(record)
+    return list(groups.values())
 
 
 def merge_shards(records: list[dict], all_candidates: bool = False) -> dict:

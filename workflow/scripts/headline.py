@@ -30,14 +30,9 @@ def read(path):
 summary, bon_equivalent, runs = read(inputs.summary), read(inputs.bon_equivalent), read(inputs.runs)
 correlation = read(inputs.correlation)
 headline = headline_table(summary, bon_equivalent)
-savings = None
-if "num_candidates" in runs.columns:
-    savings = token_savings(runs, correlation if not correlation.empty else None,
-                            n_resamples=params.bootstrap_resamples, confidence_level=params.confidence_level,
-                            seed=params.bootstrap_seed)
-else:
-    print("runs.csv has no num_candidates column (written before analysis.io added it): no token savings; "
-          "rerun with `snakemake -R runs_table`", file=sys.stderr)
+savings = token_savings(runs, correlation if not correlation.empty else None,
+                        n_resamples=params.bootstrap_resamples, confidence_level=params.confidence_level,
+                        seed=params.bootstrap_seed)
 markdown = render_headline_markdown(headline, savings, normalization=params.improvement_normalization,
                                     correlation_resamples=params.correlation_resamples)
 with open(out.markdown, "w", encoding="utf-8") as page:

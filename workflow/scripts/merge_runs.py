@@ -4,21 +4,17 @@ Best-of-N made of k shards, one record per prompt merged from its k shard record
 
 import json
 import sys
-from collections import defaultdict
 
-from specrej.io import merge_shards, read_records
+from specrej.io import merge_shards, records_by_prompt
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 shards = int(snakemake.params.shards)  # noqa: F821
-by_prompt = defaultdict(list)  # prompt -> its records, in order of first appearance (plan order)
-for path in snakemake.input:  # noqa: F821
-    for record in read_records(path):  # refuses a file holding a prompt twice
-        by_prompt[json.dumps(record["prompt_id"])].append(record)
+groups = records_by_prompt(snakemake.input)  # noqa: F821 (plan order; each file holds a prompt once)
 # one record per prompt and shard: a prompt in two chunk files would be counted twice
-wrong = {pid: len(group) for pid, group in by_prompt.items() if len(group) != shards}
+wrong = {json.dumps(group[0]["prompt_id"]): len(group) for group in groups if len(group) != shards}
 if wrong:
     sys.exit(f"expected {shards} record(s) per prompt (one per shard), got {wrong}")
-records = [merge_shards(group) if shards > 1 else group[0] for group in by_prompt.values()]
+records = [merge_shards(group) if shards > 1 else group[0] for group in groups]
 with open(snakemake.output[0], "w", encoding="utf-8") as out:  # noqa: F821
     out.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
 print(f"{len(records)} records, {shards} shard(s) each, from {len(snakemake.input)} files",  # noqa: F821

@@ -11,7 +11,6 @@ import json
 import os
 import sys
 import tempfile
-from collections import defaultdict
 
 for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # before torch loads
     os.environ[variable] = str(snakemake.threads)  # noqa: F821 (snakemake is injected)
@@ -20,7 +19,7 @@ import pandas as pd  # noqa: E402
 
 from analysis.correlation import PREFIX_COLUMNS  # noqa: E402
 from specrej.cli import main  # noqa: E402
-from specrej.io import merge_shards, read_records  # noqa: E402
+from specrej.io import merge_shards, read_records, records_by_prompt  # noqa: E402
 
 sys.path.insert(0, snakemake.scriptdir)  # noqa: F821
 from gpu_slot import gpu_slot  # noqa: E402
@@ -31,11 +30,7 @@ out, params = snakemake.output[0], snakemake.params  # noqa: F821
 trajectories = snakemake.input[0]  # noqa: F821
 records = read_records(trajectories)
 if len(snakemake.input) > 1:  # noqa: F821
-    by_prompt = defaultdict(list)
-    for path in snakemake.input:  # noqa: F821
-        for record in read_records(path):
-            by_prompt[json.dumps(record["prompt_id"])].append(record)
-    records = [merge_shards(group, all_candidates=True) for group in by_prompt.values()]
+    records = [merge_shards(group, all_candidates=True) for group in records_by_prompt(snakemake.input)]  # noqa: F821
     trajectories = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, dir=os.path.dirname(out)).name
     with open(trajectories, "w", encoding="utf-8") as pooled:
         pooled.writelines(json.dumps(record) + "\n" for record in records)
