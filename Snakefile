@@ -33,6 +33,7 @@ setup_plan(config)
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/correlation.smk"
 include: "workflow/rules/decode.smk"
+include: "workflow/rules/adaptive.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 

@@ -6,6 +6,7 @@ opens a window or piles up in pyplot's list of open figures, and saving renders 
 ``save_figure`` writes it.
 """
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from analysis._columns import require_columns
 from analysis.correlation import PREFIX_COLUMNS, group_statistics, ols_band
 
 STYLE = "whitegrid"
-BON_COLOR, SR_COLOR, BEST_COLOR = "#fc8d62", "#66c2a5", "red"
+BON_COLOR, SR_COLOR, ADAPTIVE_COLOR, BEST_COLOR = "#fc8d62", "#66c2a5", "#8da0cb", "red"
 PARTIAL_LABEL, FINAL_LABEL = "Partial reward (first τ tokens)", "Final reward"
 COMPUTE_LABEL, IMPROVEMENT_LABEL = "Relative compute", "Improvement score"
 TAU_LABEL = "τ (generated tokens)"
@@ -81,7 +82,8 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
     Input: ``analysis.metrics.method_summary`` output, i.e. columns method, n, alpha,
     relative_compute, improvement, and ``panel_column`` (e.g. ``pair`` = generator / reward)
     if there is more than one panel; without that column everything goes in one panel.
-    BoN points are labelled by N, SR points by alpha.  With the columns improvement_lo/hi
+    BoN points are labelled by N, SR points by alpha; adaptive SR points (a ``delta`` column
+    that is not NaN, ``specrej.adaptive``) form a third series labelled by δ.  With the columns improvement_lo/hi
     and relative_compute_lo/hi every point gets error bars on both axes (the bootstrap
     intervals); with n_prompts_improvement and zero_spread_prompts a panel whose improvement
     leaves out prompts (Bo-N_min's rewards did not spread) names them under its axes.
@@ -94,8 +96,12 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
     for axes, panel in zip(all_axes, panels, strict=True):
         points = summary if panel is None else summary[summary[panel_column] == panel]
         bon, sr = (points[points["method"] == m].sort_values("relative_compute") for m in ("bon", "sr"))
+        sr = sr if "delta" in sr.columns else sr.assign(delta=math.nan)
+        fixed, adaptive = sr[sr["delta"].isna()], sr[sr["delta"].notna()]
         _draw_labelled_curve(axes, bon, "Best-of-N", BON_COLOR, [f"{n:g}" for n in bon["n"]])
-        _draw_labelled_curve(axes, sr, "Speculative Rejection", SR_COLOR, [f"α={a:g}" for a in sr["alpha"]])
+        _draw_labelled_curve(axes, fixed, "Speculative Rejection", SR_COLOR, [f"α={a:g}" for a in fixed["alpha"]])
+        _draw_labelled_curve(axes, adaptive, "SR, adaptive rejection", ADAPTIVE_COLOR,
+                             [f"δ={d:g}" for d in adaptive["delta"]], marker="s")
         _use_plain_log_x(axes)
         axes.set_xlabel(COMPUTE_LABEL)
         axes.set_ylabel(IMPROVEMENT_LABEL)
@@ -201,11 +207,12 @@ def _draw_ols_band(axes: Axes, partial: np.ndarray, final: np.ndarray, confidenc
     axes.plot(band["partial_score"], band["fit"], color="C0", label=f"OLS fit (r = {pearson:.2f})")
 
 
-def _draw_labelled_curve(axes: Axes, points: pd.DataFrame, name: str, color: str, labels: list[str]) -> None:
+def _draw_labelled_curve(axes: Axes, points: pd.DataFrame, name: str, color: str, labels: list[str],
+                         marker: str = "o") -> None:
     if points.empty:
         return
     x, y = points["relative_compute"].to_numpy(), points["improvement"].to_numpy()
     axes.errorbar(x, y, xerr=_error_bar(points, "relative_compute"), yerr=_error_bar(points, "improvement"),
-                  marker="o", linestyle="--", color=color, label=name, capsize=2, elinewidth=0.8)
+                  marker=marker, linestyle="--", color=color, label=name, capsize=2, elinewidth=0.8)
     for label, xy in zip(labels, zip(x, y, strict=True), strict=True):
         axes.annotate(label, xy, textcoords="offset points", xytext=(4, -10), fontsize="x-small")

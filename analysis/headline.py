@@ -69,7 +69,8 @@ def headline_table(summary: pd.DataFrame, bon_equivalent: pd.DataFrame) -> pd.Da
     (N, improvement) curve directly (log-linear in N, no compute assumption).
 
     Output columns: the pair labels present (pair_key, pair, generator, reward), method_label,
-    alpha, n (b_init), best, selection, in_range, improvement(_lo/_hi), relative_compute
+    alpha, delta (adaptive SR rows: the rule's δ, alpha NaN; never chosen as best), n (b_init),
+    best, selection, in_range, improvement(_lo/_hi), relative_compute
     (_lo/_hi), bon_equivalent_status, bon_equivalent_compute(_lo/_hi),
     bon_equivalent_compute_extrapolated, equivalent_n(_lo/_hi), equivalent_n_extrapolated,
     equivalent_n_by_score, compute_speedup(_lo/_hi), compute_speedup_extrapolated,
@@ -85,7 +86,8 @@ def headline_table(summary: pd.DataFrame, bon_equivalent: pd.DataFrame) -> pd.Da
         bon = summary[(summary[PAIR] == pair) & (summary["method"] == "bon")].sort_values("n")
         if bon.empty:
             raise ValueError(f"method summary has no Best-of-N rows for pair {pair!r}")
-        parts.append(_pair_headline(sr.sort_values("alpha").reset_index(drop=True), bon))
+        sr = sr if "delta" in sr.columns else sr.assign(delta=math.nan)
+        parts.append(_pair_headline(sr.sort_values(["alpha", "delta"]).reset_index(drop=True), bon))
     if not parts:
         return pd.DataFrame(columns=[*LABEL_COLUMNS, "method_label", "alpha", "best"])
     return pd.concat(parts, ignore_index=True)
@@ -117,7 +119,8 @@ def token_savings(
     decision token of the correlation study, the nearest studied τ (the smaller on a tie)
     stands in with ``oracle_tau_exact`` False; a pair without a correlation study gets NaN.
 
-    Output columns: pair, method_label, alpha, init_batch_size, min_tokens,
+    Output columns: pair, method_label, alpha, delta (adaptive SR's δ, NaN for fixed α; one row per
+    configuration, keyed by method_label), init_batch_size, min_tokens,
     first_decision_token, first_decision_token_min, first_decision_token_max,
     decision_token_source ("rounds" | "min_tokens"), reference_bon_n, n_prompts,
     tokens_saved_frac, tokens_saved_frac_lo, tokens_saved_frac_hi, oracle_tau,
@@ -145,10 +148,17 @@ def render_headline_markdown(
     normalization: str = "bon_min_range",
     correlation_resamples: int | None = None,
     title: str = "Speculative Rejection vs Best-of-N: headline",
+    adaptive: pd.DataFrame | None = None,
+    survival: pd.DataFrame | None = None,
+    fits: pd.DataFrame | None = None,
 ) -> str:
     """The headline page: per pair a statement of the best α, the table of every α, the token
     savings, and the notes a reader needs (prompts used, zero-spread prompts, out-of-range
-    points, the equal-N assumption); then the intervals' confidence level and resamples."""
+    points, the equal-N assumption); then the intervals' confidence level and resamples.
+
+    With adaptive SR runs, a pair also gets an "Adaptive rejection" section from ``adaptive``
+    (``analysis.adaptive_study.against_fixed_alpha`` with a ``pair`` column), ``survival``
+    (``survival_at_equal_tokens`` with ``pair``) and ``fits`` (``fits_table`` with ``pair``)."""
     intro = ("Per generator / reward pair: the best Speculative Rejection (SR) rejection rate α — the "
              "largest speedup at equal score among the α whose score lies inside the measured "
              "Best-of-N curve — then every α, then the tokens SR saves.")
@@ -160,6 +170,8 @@ def render_headline_markdown(
         if savings is not None and not savings.empty and pair in set(savings[PAIR]):
             lines += [_token_line(savings[savings[PAIR] == pair].reset_index(drop=True)), ""]
         lines += [f"- {note}" for note in _pair_notes(rows, score_name)] + [""]
+        if rows["delta"].notna().any():
+            lines += _adaptive_section(rows, *(_of_pair(frame, pair) for frame in (adaptive, survival, fits)))
     lines += ["## Notes", ""] + [f"- {note}" for note in _global_notes(headline, savings, normalization,
                                                                         correlation_resamples)]
     return "\n".join(lines) + "\n"
@@ -173,12 +185,13 @@ def render_headline_markdown(
 def _pair_headline(sr: pd.DataFrame, bon: pd.DataFrame) -> pd.DataFrame:
     n_min, n_max = int(bon["n"].iloc[0]), int(bon["n"].iloc[-1])
     out = pd.DataFrame({column: sr[column] for column in LABEL_COLUMNS if column in sr.columns})
-    out["method_label"], out["alpha"], out["n"] = sr["method_label"], sr["alpha"], sr["n"]
+    out["method_label"], out["alpha"], out["delta"], out["n"] = sr["method_label"], sr["alpha"], sr["delta"], sr["n"]
     status = sr["bon_equivalent_status"].astype(str)
     out["in_range"] = status == "interpolated"
-    best = _best_row(sr, out["in_range"])
+    fixed = sr["delta"].isna()  # the best α is the paper's method's: adaptive rows are compared apart
+    best = _best_row(sr[fixed], out["in_range"][fixed])
     out["best"] = out.index == best
-    out["selection"] = SELECTED_BY_SPEEDUP if out["in_range"].any() else SELECTED_BY_SCORE
+    out["selection"] = SELECTED_BY_SPEEDUP if out["in_range"][fixed].any() else SELECTED_BY_SCORE
     for column in ("improvement", "relative_compute"):
         for suffix in ("", "_lo", "_hi"):
             out[column + suffix] = sr[column + suffix].astype(float)
@@ -238,14 +251,17 @@ def _pair_token_savings(runs: pd.DataFrame, n_resamples: int, confidence_level: 
     length = (reference["tokens_generated"].astype(float) / reference["num_candidates"].astype(float))
     length = length.set_axis(reference["prompt_id"])
     sr = runs[runs["method"] == "sr"].copy()
+    sr["delta"] = sr["delta"] if "delta" in sr.columns else math.nan
+    sr["label"] = [method_label("sr", 0, alpha, delta) for alpha, delta in zip(sr["alpha"], sr["delta"])]
+    order = sr.drop_duplicates("label").sort_values(["alpha", "delta"])["label"]
     b_init = sr["init_batch_size"] if "init_batch_size" in sr.columns else sr["n"]
     sr["b_init"] = b_init.fillna(sr["n"]).astype(float)
     denominator = sr["b_init"] * sr["prompt_id"].map(length)
     with np.errstate(divide="ignore", invalid="ignore"):
         sr["saved"] = 1.0 - sr["tokens_generated"].astype(float) / denominator.where(denominator > 0)
-    saved = sr.pivot(index="alpha", columns="prompt_id", values="saved").sort_index()
+    saved = sr.pivot(index="label", columns="prompt_id", values="saved").loc[list(order)]
     saved = saved.loc[:, np.isfinite(saved.to_numpy(dtype=float)).all(axis=0)]
-    values = saved.to_numpy(dtype=float)  # (alphas, prompts)
+    values = saved.to_numpy(dtype=float)  # (configurations, prompts)
     n_prompts = values.shape[1]
     point = values.mean(axis=1) if n_prompts else np.full(len(saved), math.nan)
     interval = np.full((len(saved), 2), math.nan)
@@ -253,11 +269,11 @@ def _pair_token_savings(runs: pd.DataFrame, n_resamples: int, confidence_level: 
         weights = bootstrap_weights(n_prompts, n_resamples, seed).T.astype(float)  # (P, R)
         interval = percentile_interval(values @ weights / n_prompts, confidence_level)
     rows = []
-    for position, alpha in enumerate(saved.index):
-        mine = sr[sr["alpha"] == alpha]
+    for position, label in enumerate(saved.index):
+        mine = sr[sr["label"] == label]
         token, low, high, source = _first_decision(mine)
         rows.append({
-            "method_label": method_label("sr", 0, alpha), "alpha": alpha,
+            "method_label": label, "alpha": mine["alpha"].iloc[0], "delta": mine["delta"].iloc[0],
             "init_batch_size": _single(mine["b_init"]),
             "min_tokens": _single(mine["min_tokens"]) if "min_tokens" in mine.columns else math.nan,
             "first_decision_token": token, "first_decision_token_min": low, "first_decision_token_max": high,
@@ -348,6 +364,84 @@ def _statement(rows: pd.DataFrame, score_name: str) -> str:
     return (f"No SR α lands inside the measured Best-of-N curve ({bon_min} = {_score(best['bon_min_improvement'])} "
             f"to {bon_max} = {_score(best['bon_max_improvement'])}). The highest-scoring: {score}, "
             f"{_where(best, bon_min, bon_max)}, so no measured Best-of-N matches it. {_extrapolation(best)}")
+
+
+def _of_pair(frame: pd.DataFrame | None, pair: str) -> pd.DataFrame:
+    if frame is None or frame.empty or PAIR not in frame.columns:
+        return pd.DataFrame()
+    return frame[frame[PAIR] == pair].reset_index(drop=True)
+
+
+def _adaptive_section(rows: pd.DataFrame, against: pd.DataFrame, survival: pd.DataFrame,
+                      fits: pd.DataFrame) -> list[str]:
+    """Adaptive SR (paper §6) against fixed α: at equal compute on Figure 3, and the best
+    response's survival at equal tokens on the correlation study's responses."""
+    lines = ["### Adaptive rejection (paper §6)", "",
+             "SR with the adaptive rule (`--rejection adaptive`): at each decision a row is halted when even an "
+             "optimistic projection of its final reward falls below a pessimistic projection of the best row's; "
+             "δ bounds, per round and under the fitted linear model, the chance of halting the row that would "
+             "have ended best. Its rows in the table above are located on the same Best-of-N curve with the same "
+             "resamples.", ""]
+    best = rows[rows["best"]]
+    for _, row in rows[rows["delta"].notna()].iterrows():
+        text = (f"**{row['method_label']}**: {_with_ci(row, 'improvement', _score)} at "
+                f"{_with_ci(row, 'relative_compute', _ratio, '×')} compute; speedup at equal score "
+                + (_with_ci(row, "compute_speedup", _ratio, "×") if row["in_range"] else
+                   f"not measured ({_where(row, 'Bo-N_min', 'the largest Best-of-N')})"))
+        if not best.empty:
+            text += (f" (best fixed α, {best['method_label'].iloc[0]}: {_with_ci(best.iloc[0], 'improvement', _score)} "
+                     f"at {_with_ci(best.iloc[0], 'relative_compute', _ratio, '×')}, "
+                     f"{_with_ci(best.iloc[0], 'compute_speedup', _ratio, '×')})")
+        mine = against[against["method_label"] == row["method_label"]] if not against.empty else against
+        if not mine.empty:
+            text += ". " + _against_sentence(mine.iloc[0])
+        lines += [f"- {text}."]
+    lines.append("")
+    if not survival.empty:
+        lines += ["Does the best response survive the first cuts? On the correlation study's responses, the "
+                  "adaptive rule at each δ against the fixed α that keeps as many rows on average (the same tokens "
+                  "after the decision):", "", _survival_table(survival).rstrip("\n"), ""]
+    if not fits.empty:
+        fit_text = "; ".join(f"τ={int(f['tau'])}: slope {f['slope']:.2f}, σ {f['sigma']:.3f}, 2σ/slope "
+                             f"{f['margin_per_z']:.3f}" for _, f in fits.iterrows())
+        lines += [f"- Fit (final on partial reward, within prompts; {int(fits['prompts'].max())} held-out prompts, "
+                  f"not the study's): {fit_text}.", ""]
+    return lines
+
+
+def _against_sentence(row: pd.Series) -> str:
+    if row["status"] == "inside":
+        interval = (f" [{_signed(row['gap_lo'])}, {_signed(row['gap_hi'])}], inside the fixed-α range in "
+                    f"{_percent(row['in_range_frac'])} of the resamples" if np.isfinite(row["gap_lo"]) else "")
+        side = "above" if row["gap"] > 0 else "below"
+        return (f"At its compute the fixed-α curve scores {_score(row['fixed_alpha_improvement'])}: adaptive is "
+                f"{side} it by {_signed(row['gap'])}{interval}")
+    where = "cheaper than" if row["status"] == "below_range" else "dearer than"
+    text = f"It is {where} every fixed α, so no fixed-α score at equal compute is measured"
+    if row["dominated_by"]:
+        text += f"; dominated by {row['dominated_by']} (at most its compute, higher score)"
+    if row["dominates"]:
+        text += f"; it dominates {row['dominates']} (at least its compute, lower score)"
+    return text
+
+
+def _survival_table(survival: pd.DataFrame) -> str:
+    cells = []
+    for _, row in survival.iterrows():
+        cells.append({
+            "τ": _n(row["tau"]), "δ": f"{row['delta']:g}",
+            "rows kept (adaptive)": f"{_percent(row['adaptive_kept_frac'])} ({_percent(row['adaptive_kept_frac_min'])}"
+                                    f"–{_percent(row['adaptive_kept_frac_max'])})",
+            "equal α": f"{row['equal_alpha']:.2f}",
+            "best kept: adaptive": _with_ci(row, "adaptive_best_survives", _percent),
+            "best kept: fixed α": _with_ci(row, "fixed_best_survives", _percent),
+            "difference (points)": _with_ci(row, "survives_difference", lambda v: _signed(100 * v)),
+        })
+    return render_markdown(pd.DataFrame(cells).set_index("τ"))
+
+
+def _signed(value: float) -> str:
+    return MISSING if not np.isfinite(value) else f"{value:+.1f}"
 
 
 def _join(labels: pd.Series) -> str:

@@ -53,7 +53,9 @@ def best_responses_frame(records: Iterable[dict]) -> pd.DataFrame:
     score − worst_score), num_tokens (of the best response), time_s,
     generate_s, score_s, tokens_generated, tokens_scored, peak_kv_bytes, num_rounds,
     perplexity (of the best response; NaN when its token_logprobs were not recorded),
-    num_candidates (candidates the run sampled: ``num_candidates`` of a record merged from
+    delta (adaptive SR's δ, ``params["rejection"]["delta"]`` of a run with rule "adaptive";
+    NaN otherwise: an adaptive run's alpha is NaN too, its ``params["alpha"]`` being only the
+    fallback for rounds without a fit), num_candidates (candidates the run sampled: ``num_candidates`` of a record merged from
     shards, which keeps only the chosen candidate, else the number of candidates; BoN runs
     each to completion, so tokens_generated / num_candidates is its mean response length in
     sampled tokens), and for SR init_batch_size, min_tokens (``params``) and
@@ -103,6 +105,19 @@ def worst_score(record: dict) -> float:
     return float(min(scores)) if scores else math.nan
 
 
+def record_configuration(record: dict) -> tuple[str, int | None, float, float]:
+    """(method, n, alpha, delta) of a record: the configuration key of ``analysis.metrics``
+    (``method_label(*record_configuration(record))`` names it). n is BoN's N or SR's b_init;
+    alpha is NaN for BoN and for adaptive SR (whose ``params["alpha"]`` is only the fallback of
+    rounds without a fit); delta is adaptive SR's δ, else NaN."""
+    params = record.get("params", {})
+    rejection = params.get("rejection") or {}
+    adaptive = record["method"] == "sr" and rejection.get("rule") == "adaptive"
+    alpha = params.get("alpha", math.nan) if record["method"] == "sr" and not adaptive else math.nan
+    return (record["method"], params.get("n", params.get("init_batch_size")), alpha,
+            float(rejection["delta"]) if adaptive else math.nan)
+
+
 def _answered(record: dict) -> bool:
     return "error" not in record and record.get("best") is not None
 
@@ -110,14 +125,16 @@ def _answered(record: dict) -> bool:
 def _best_response_row(record: dict) -> dict:
     params, timing, tokens = record["params"], record.get("timing", {}), record.get("tokens", {})
     rounds = record.get("rounds") or []
+    method, n, alpha, delta = record_configuration(record)
     best = best_candidate(record)
     logprobs = best.get("token_logprobs") if best else None
     generator, reward = params.get("model"), params.get("reward")
     return {
         "prompt_id": record["prompt_id"],
-        "method": record["method"],
-        "n": params.get("n", params.get("init_batch_size")),
-        "alpha": params.get("alpha", math.nan) if record["method"] == "sr" else math.nan,
+        "method": method,
+        "n": n,
+        "alpha": alpha,
+        "delta": delta,
         "batch_size": params.get("batch_size", params.get("init_batch_size")),
         "seed": params.get("seed"),
         "generator": generator,

@@ -6,7 +6,8 @@ Most functions take a *runs* frame, one row per (configuration, prompt):
 
     method       "bon" | "sr"
     n            number of candidates (Best-of-N's N; Speculative Rejection's initial batch)
-    alpha        SR rejection rate; NaN for BoN
+    alpha        SR rejection rate; NaN for BoN and adaptive SR
+    delta        optional: adaptive SR's δ (``specrej.adaptive``); NaN (or absent) otherwise
     prompt_id    the prompt
     score        reward of the response the method returned for this prompt
     worst_score  lowest final reward among the configuration's complete candidates for this
@@ -19,7 +20,7 @@ Most functions take a *runs* frame, one row per (configuration, prompt):
     perplexity   optional: perplexity of the returned response (see ``perplexity``)
 
 plus any grouping columns named in ``by`` (e.g. ``pair`` or ``generator``).  A configuration
-is a distinct (method, n, alpha).  Bo-N_min is the BoN configuration with the smallest N in
+is a distinct (method, n, alpha, delta).  Bo-N_min is the BoN configuration with the smallest N in
 its group and "the largest BoN" the one with the largest N.  Only prompts that every
 configuration of a group answered enter that group's metrics, so failed prompts cannot make
 a method look cheaper or better.
@@ -40,7 +41,7 @@ import pandas as pd
 from analysis._columns import require_columns
 
 RUN_COLUMNS = ("method", "n", "alpha", "prompt_id", "score", "time_s")
-CONFIG_COLUMNS = ["method", "n", "alpha"]
+CONFIG_COLUMNS = ["method", "n", "alpha", "delta"]
 Normalization = Literal["bon_min_range", "bon_range"]
 NORMALIZATIONS = ("bon_min_range", "bon_range")
 DEFAULT_RESAMPLES, DEFAULT_CONFIDENCE = 1000, 0.95
@@ -48,12 +49,13 @@ DEFAULT_RESAMPLES, DEFAULT_CONFIDENCE = 1000, 0.95
 INTERVAL_STATISTICS = ("improvement", "relative_compute", "speedup_vs_largest_bon", "perplexity")
 
 
-def method_label(method: str, n: int, alpha: float) -> str:
-    """Display name of a configuration: ``Bo120`` for BoN, ``SR α=0.5`` for Speculative Rejection."""
+def method_label(method: str, n: int, alpha: float, delta: float = math.nan) -> str:
+    """Display name of a configuration: ``Bo120`` for BoN, ``SR α=0.5`` for Speculative
+    Rejection, ``SR δ=0.05`` for SR with the adaptive rule (``specrej.adaptive``)."""
     if method == "bon":
         return f"Bo{int(n)}"
     if method == "sr":
-        return f"SR α={alpha:g}"
+        return f"SR δ={delta:g}" if delta == delta else f"SR α={alpha:g}"
     raise ValueError(f"unknown method {method!r}; expected 'bon' or 'sr'")
 
 
@@ -128,7 +130,7 @@ def method_summary(
 ) -> pd.DataFrame:
     """One row per configuration (within each ``by`` group): Figure 3's points, Table 2's cells.
 
-    Output columns: *by, method, n, alpha, method_label, n_prompts (prompts shared by all
+    Output columns: *by, method, n, alpha, delta, method_label, n_prompts (prompts shared by all
     configurations of the group), mean_score, improvement (mean of ``per_prompt_improvement``
     over the prompts that can be normalised), n_prompts_improvement (those prompts),
     zero_spread_prompts (comma-separated ids of the others, "" if none), compute_s (sum over
@@ -140,7 +142,7 @@ def method_summary(
     when ``n_resamples`` is 0), and the bootstrap's confidence_level and bootstrap_resamples.
     Speedup is measured in compute, which equals wall-clock time when every shard count is 1.
     """
-    _check_runs(runs, by, normalization)
+    runs = _check_runs(runs, by, normalization)
     return _for_each_group(
         runs, by, lambda group: _summarize_group(group, normalization, n_resamples, confidence_level, seed)
     )
@@ -155,11 +157,11 @@ def bootstrap_draws(
 ) -> pd.DataFrame:
     """The bootstrap statistics behind ``method_summary``'s intervals, one row per resample.
 
-    Columns: *by, method, n, alpha, method_label, resample, improvement, relative_compute,
+    Columns: *by, method, n, alpha, delta, method_label, resample, improvement, relative_compute,
     speedup_vs_largest_bon (and perplexity).  With the same arguments the resamples are
     exactly those of ``method_summary``; ``bon_equivalent_compute`` locates SR on each.
     """
-    _check_runs(runs, by, normalization)
+    runs = _check_runs(runs, by, normalization)
 
     def draws_of(group: pd.DataFrame) -> pd.DataFrame:
         weights = bootstrap_weights(_n_common_prompts(group), n_resamples, seed)
@@ -275,7 +277,7 @@ def bon_equivalent_compute(
     - bon_equivalent_in_range_frac, bon_equivalent_above_frac, bon_equivalent_below_frac: the
       shares of resamples inside, above and below the curve (NaN without draws).
     """
-    require_columns(summary, [*by, *CONFIG_COLUMNS, "method_label", "relative_compute", "improvement"],
+    require_columns(summary, [*by, "method", "n", "alpha", "method_label", "relative_compute", "improvement"],
                     "method summary")
     if draws is None:
         draws = pd.DataFrame(columns=[*by, *CONFIG_COLUMNS, "method_label", "resample",
@@ -294,16 +296,20 @@ def bon_equivalent_compute(
     return pd.concat(parts, ignore_index=True)
 
 
-def _check_runs(runs: pd.DataFrame, by: Sequence[str], normalization: str) -> None:
+def _check_runs(runs: pd.DataFrame, by: Sequence[str], normalization: str) -> pd.DataFrame:
+    """``runs`` checked, with a NaN ``delta`` column when it has none (no adaptive runs)."""
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, not {normalization!r}")
     require_columns(runs, [*RUN_COLUMNS, *by], "runs")
+    if "delta" not in runs.columns:
+        runs = runs.assign(delta=math.nan)
     if normalization == "bon_min_range":
         require_columns(runs, ["worst_score"], "runs (eq. 8 needs Bo-N_min's lowest candidate reward)")
     duplicated = runs.duplicated([*by, *CONFIG_COLUMNS, "prompt_id"])
     if duplicated.any():
         example = runs.loc[duplicated, [*by, *CONFIG_COLUMNS, "prompt_id"]].iloc[0].to_dict()
         raise ValueError(f"runs has several rows for one configuration and prompt, e.g. {example}")
+    return runs
 
 
 def _reference_range(runs: pd.DataFrame, normalization: str) -> tuple[pd.Series, pd.Series]:
@@ -334,7 +340,7 @@ def _summarize_group(
         **{name: values[:, 0] for name, values in point.items()},
         zero_spread_prompts=",".join(map(str, zero_spread_prompts(runs, normalization))),
     ).astype({"n_prompts_improvement": int})
-    order = ["method", "n", "alpha", "method_label", "n_prompts", "mean_score", "improvement",
+    order = ["method", "n", "alpha", "delta", "method_label", "n_prompts", "mean_score", "improvement",
              "n_prompts_improvement", "zero_spread_prompts", "compute_s", "relative_compute",
              "speedup_vs_largest_bon"]
     summary = summary[order + (["perplexity"] if "perplexity" in point else [])]
@@ -351,8 +357,8 @@ def _group_statistics(
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
     """Configurations of one group and their statistics under each row of prompt ``weights``.
 
-    Returns the configurations (method, n, alpha, method_label; BoN by N, then SR by alpha:
-    the order of Figure 3's curves and the paper's tables) and a dict of (C, R) arrays,
+    Returns the configurations (method, n, alpha, delta, method_label; BoN by N, then SR by
+    alpha, then adaptive SR by delta: the order of Figure 3's curves and the paper's tables) and a dict of (C, R) arrays,
     R = len(weights): mean_score, improvement, n_prompts_improvement, compute_s,
     relative_compute, speedup_vs_largest_bon and perplexity (if present).  A weight row of
     ones is the sample itself, so point estimates and resamples share one formula.

@@ -1,4 +1,5 @@
-"""The paper's Tables 1–2 as DataFrames, and writers for CSV, Markdown and LaTeX.
+"""The paper's Tables 1–2 as DataFrames, and writers for CSV, Markdown and LaTeX
+(``write_table``; ``write_table1`` adds Table 1's judge, status and notes).
 
 Both tables have one row per method (index named "Method", in the order the methods first
 appear in the input, so the caller decides it) and, per generator, one column per metric,
@@ -35,6 +36,8 @@ TABLE1_METRICS = {"win_rate": "WR", "lc_win_rate": "LC WR"}
 TABLE2_METRICS = {"perplexity": "PPL", "speedup_vs_largest_bon": "Speedup"}
 MISSING = "--"
 INTERVAL_SUFFIXES = (" lo", " hi")
+NOT_EVALUATED = "not evaluated"  # a Table 1 cell's note when it was not judged: "not evaluated: <reason>"
+REFERENCE_NOTE = "reference: 50 by definition, not judged"  # the note of Table 1's reference row
 
 
 def table1_win_rates(win_rates: pd.DataFrame) -> pd.DataFrame:
@@ -73,15 +76,12 @@ def interval_note(confidence_level: float, n_resamples: int) -> str:
 
 
 def render_markdown(table: pd.DataFrame, decimals: int = 1) -> str:
-    """A GitHub-flavoured Markdown table, index first, numbers right-aligned.
-
-    Written here because ``DataFrame.to_markdown`` needs the optional ``tabulate`` package.
-    """
-    header = [table.index.name or "", *map(str, table.columns)]
-    rows = [[str(label), *(_format_number(value, decimals) for value in values)]
-            for label, values in zip(table.index, table.to_numpy(), strict=True)]
-    alignment = [":---", *["---:"] * len(table.columns)]
-    return "\n".join("| " + " | ".join(cells) + " |" for cells in [header, alignment, *rows]) + "\n"
+    """A GitHub-flavoured Markdown table (``DataFrame.to_markdown``), index first and
+    left-aligned, the other columns right-aligned; numbers with ``decimals`` places, NaN as "--"."""
+    cells = table.map(lambda value: _format_number(value, decimals))
+    alignment = ("left", *["right"] * len(table.columns))
+    # disable_numparse: the cells are already formatted; tabulate would reformat "50.0" as "50"
+    return cells.to_markdown(colalign=alignment, disable_numparse=True) + "\n"
 
 
 def render_latex(table: pd.DataFrame, decimals: int = 1) -> str:
@@ -110,6 +110,28 @@ def append_notes(markdown: str | Path, latex: str | Path, lines: Sequence[str]) 
         out.write("\n".join(lines) + "\n")
     with open(latex, "a", encoding="utf-8") as out:
         out.write("".join(f"% {line.strip().strip('*')}\n" for line in lines if line.strip()))
+
+
+def write_table1(inputs: pd.DataFrame, path_stem: str | Path, decimals: int = 1) -> list[Path]:
+    """Table 1 from its inputs (``analysis.winrate.table1_inputs``, ``TABLE1_INPUT_COLUMNS``):
+    write ``<stem>.csv/.md/.tex`` (``write_table``) and ``<stem>_inputs.csv`` (every row,
+    with n, standard errors, judge and notes).  The CSV gets a ``status`` column per method (its
+    rows' notes, e.g. "not evaluated: <reason>", else "evaluated by <judge>"); the Markdown ends
+    with the judge and any notes, the LaTeX with the same as comments.  ``inputs`` may come back
+    from a CSV: a "not evaluated" note shared by every row stands for ``attrs["status"]``."""
+    table = table1_win_rates(inputs)
+    paths = write_table(table, path_stem, decimals)
+    table.assign(status=[_method_status(inputs[inputs["method_label"] == m]) for m in table.index]).to_csv(paths[0])
+    details = Path(f"{path_stem}_inputs.csv")
+    inputs.to_csv(details, index=False)
+    judges = ", ".join(str(j) for j in inputs["judge"].dropna().unique()) or "none"
+    notes = [f"- {row.generator} / {row.method_label}: {row.note}" for row in inputs.itertuples()
+             if isinstance(row.note, str) and row.note and not row.note.startswith(REFERENCE_NOTE)]
+    status = inputs.attrs.get("status") or _shared_not_evaluated(inputs)
+    lines = [f"\nJudge: {judges}. WR and LC-WR in percent against {_reference_of(inputs)}."]
+    lines += [f"\n**{status}**"] if status else ([""] + notes if notes else [])
+    append_notes(paths[1], paths[2], lines)
+    return [*paths, details]
 
 
 def _by_generator(frame: pd.DataFrame, metrics: Mapping[str, str]) -> pd.DataFrame:
@@ -142,3 +164,24 @@ def _format_number(value, decimals: int) -> str:
     if isinstance(value, str):  # already formatted (``with_intervals``)
         return value
     return MISSING if pd.isna(value) else f"{value:.{decimals}f}"
+
+
+def _method_status(rows: pd.DataFrame) -> str:
+    """One Table 1 row's status: its notes, led by "evaluated by <judge>" when it was judged."""
+    notes = [note for note in dict.fromkeys(rows["note"]) if isinstance(note, str) and note]
+    judges = [str(judge) for judge in dict.fromkeys(rows["judge"].dropna())]
+    if judges and not any(note.startswith((NOT_EVALUATED, REFERENCE_NOTE)) for note in notes):
+        notes = [f"evaluated by {', '.join(judges)}", *notes]
+    return "; ".join(notes) or NOT_EVALUATED
+
+
+def _shared_not_evaluated(inputs: pd.DataFrame) -> str | None:
+    notes = inputs["note"].unique()
+    if len(notes) == 1 and isinstance(notes[0], str) and notes[0].startswith(NOT_EVALUATED):
+        return notes[0]
+    return None
+
+
+def _reference_of(inputs: pd.DataFrame) -> str:
+    labels = inputs["reference_label"].dropna().unique()
+    return str(labels[0]) if len(labels) else "Bo-N_min"

@@ -1,83 +1,42 @@
 """Win-rate (WR) and length-controlled win-rate (LC-WR) against Bo-N_min: the paper's Table 1.
 
-Everything goes through alpaca_eval 0.6.6 (``pip install -e '.[eval]'``): ``evaluate`` builds
-the pairs, its ``PairwiseAnnotator`` randomises which output is shown first and undoes it, its
-``logprob_parser`` turns the judge's answer-token log-probs into a preference, and its
-``get_winrate`` / ``get_length_controlled_winrate`` compute the statistics.  Only the judge
-differs between the real run and an offline one:
-
-    judge="gpt4_turbo"     alpaca_eval's ``weighted_alpaca_eval_gpt4_turbo`` (the paper's judge);
-                           needs ``OPENAI_API_KEY`` (or ``OPENAI_API_KEYS`` / ``OPENAI_CLIENT_CONFIG_PATH``)
-    judge="local:<model>"  a local instruct model through ``specrej.models`` (``local`` =
-                           ``local:default``, SmolLM2-135M-Instruct); ``analysis/judges/local_pairwise``
-    judge="longest"        deterministic: the longer output wins, equal lengths draw (tests)
-    judge=<callable>       ``f(instruction, output_a, output_b) -> 1 | 2 | 1.5 | p in [1, 2] | None``
-                           (1: the first shown is better; None: no verdict), deterministic tests
-    judge="auto"           ``gpt4_turbo`` when an OpenAI key is set, else ``local:default``
+``winrate`` judges any two alpaca_eval-style output lists against each other; ``table1_inputs``
+/ ``table1_from_files`` judge every method's best responses against Bo-N_min's, one row per
+generator × method, and ``analysis.tables.write_table1`` writes the table.  The judging itself
+is alpaca_eval's (``analysis.alpaca_eval_adapter``, with its offline workarounds); the judge is
+chosen by name (``analysis.judge_registry``): ``gpt4_turbo`` (the paper's), ``local:<model>``,
+``longest``, a Python callable, or ``auto``.
 
 The summary and every Table 1 row record which judge produced them.  A small local model is a
-weak judge: its numbers show that the pipeline runs, not the paper's quality claim.
+weak judge: its numbers show that the pipeline runs, not the paper's quality claim.  When the
+judge cannot run here (``JudgeUnavailable``: no judge configured, no API key, no alpaca_eval, a
+local model that does not load) ``table1_or_not_evaluated`` and ``table1_from_files`` return
+``not_evaluated_table``: every cell "not evaluated: <reason>".
 
-Offline workarounds for alpaca_eval (each marked where it is applied):
-- model and reference outputs are always passed as data (its default reference outputs are on
-  the HF hub), with ``precomputed_leaderboard=None``, ``caching_path=None``, ``output_path=None``;
-- ``get_length_controlled_winrate`` downloads ``df_gamed.csv`` even for the minimal GLM, which
-  uses none of it; that download is replaced by an equivalent local table (``_offline_glm_tables``);
-- the default GLM (``length_controlled_v1``) looks up AlpacaEval's 805 instruction difficulties
-  by row position, meaningless for other prompt sets: the minimal GLM is the default here, and
-  ``glm="length_controlled_v1"`` (with network) is only right for AlpacaEval's prompts in order;
-- LC-WR needs >= 5 parsed annotations (5-fold CV) and is unreliable below ~20: under 5 it is NaN,
-  under 20 the summary's ``lc_note`` says so.
-
-This module never imports torch (the local judge lives in ``specrej.judge``, imported on use)
-and imports alpaca_eval lazily, so ``analysis`` works without either.
+This module never imports torch or alpaca_eval at import time, so ``analysis`` works without either.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import importlib
 import logging
 import math
-import os
 import re
-import tempfile
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.io import best_candidate, load_trajectories
+from analysis.alpaca_eval_adapter import MINIMAL_GLM, import_alpaca_eval, judge_pairs, usable_judge
+from analysis.io import best_candidate, load_trajectories, record_configuration
+from analysis.judge_registry import AUTO, JudgeUnavailable, PairJudge, judge_name, resolve_judge
 from analysis.metrics import method_label
+from analysis.tables import NOT_EVALUATED, REFERENCE_NOTE
 
-JUDGES_DIR = Path(__file__).parent / "judges"
-AUTO = "auto"
-API_JUDGE = "gpt4_turbo"
-API_JUDGE_CONFIG = "weighted_alpaca_eval_gpt4_turbo"  # a folder of alpaca_eval's evaluators_configs
-LOCAL_PREFIX = "local:"
-DEFAULT_LOCAL_JUDGE = "local:default"
-OFFLINE_JUDGE = "longest"
-MINIMAL_GLM = "length_controlled_minimal"
-MIN_LC_ANNOTATIONS = 5  # get_length_controlled_winrate's 5-fold cross-validation needs 5 groups
-RELIABLE_LC_ANNOTATIONS = 20
-INSTALL_HINT = "pip install -e '.[eval]'"
-KEY_VARIABLES = ("OPENAI_API_KEY", "OPENAI_API_KEYS", "OPENAI_CLIENT_CONFIG_PATH")
 TABLE1_INPUT_COLUMNS = [
     "generator", "reward", "method_label", "win_rate", "lc_win_rate", "standard_error", "lc_standard_error",
     "n", "n_unparsed", "avg_length", "reference_avg_length", "judge", "reference_label", "note",
 ]
-
-PairJudge = Callable[[str, str, str], "float | None"]
-_SENTINELS = re.compile(
-    r"<<<specrej:instruction>>>(.*)<<<specrej:output_1>>>(.*)<<<specrej:output_2>>>(.*)<<<specrej:end>>>", re.DOTALL
-)
-
-
-class JudgeUnavailable(RuntimeError):
-    """The requested judge cannot run here (no alpaca_eval, no API key, no loadable local model)."""
 
 
 @dataclass
@@ -90,47 +49,6 @@ class WinrateResult:
 
     annotations: pd.DataFrame
     summary: dict
-
-
-# --------------------------------------------------------------------------------------- judges
-def longest_judge(instruction: str, output_a: str, output_b: str) -> float:
-    """The deterministic offline judge: the longer output (in characters, stripped) wins; a draw
-    when the lengths are equal.  Returns 1 (first shown), 2 (second shown) or 1.5."""
-    a, b = len(output_a.strip()), len(output_b.strip())
-    return 1.0 if a > b else 2.0 if b > a else 1.5
-
-
-def api_key_present() -> bool:
-    """Whether alpaca_eval's OpenAI client has credentials: one of ``KEY_VARIABLES`` is set."""
-    return any(os.environ.get(name) for name in KEY_VARIABLES)
-
-
-def resolve_judge(judge: str | PairJudge | None = AUTO) -> str | PairJudge:
-    """The concrete judge for ``judge`` (``auto`` decided here); raises ``JudgeUnavailable`` for
-    ``gpt4_turbo`` without a key or for ``None`` (no judge configured), and ``ValueError`` for an
-    unknown name."""
-    if judge is None:
-        raise JudgeUnavailable("no judge configured")
-    if callable(judge):
-        return judge
-    if judge == AUTO:
-        return API_JUDGE if api_key_present() else DEFAULT_LOCAL_JUDGE
-    if judge == API_JUDGE:
-        if not api_key_present():
-            raise JudgeUnavailable(
-                "judge 'gpt4_turbo' needs an OpenAI API key: set OPENAI_API_KEY (or OPENAI_API_KEYS / "
-                "OPENAI_CLIENT_CONFIG_PATH, as alpaca_eval reads them), or use judge 'auto' or 'local:<model>'"
-            )
-        return judge
-    if judge == "local":
-        return DEFAULT_LOCAL_JUDGE
-    if judge == OFFLINE_JUDGE or (judge.startswith(LOCAL_PREFIX) and len(judge) > len(LOCAL_PREFIX)):
-        return judge
-    raise ValueError(f"unknown judge {judge!r}; choose 'auto', 'gpt4_turbo', 'local:<model>', 'longest' or a callable")
-
-
-def judge_name(judge: str | PairJudge) -> str:
-    return judge if isinstance(judge, str) else f"python:{getattr(judge, '__name__', type(judge).__name__)}"
 
 
 # ------------------------------------------------------------------------------------- win-rate
@@ -157,7 +75,7 @@ def winrate(
     else ""), avg_length and reference_avg_length (characters).
     """
     judge = resolve_judge(judge)
-    alpaca_main, _ = _import_alpaca_eval()
+    import_alpaca_eval()  # a missing install is named before the outputs are read
     models = _as_outputs(model_outputs, "model")
     references = _as_outputs(reference_outputs, "reference")
     model_name, reference_name = _single_generator(models, "model"), _single_generator(references, "reference")
@@ -165,29 +83,11 @@ def winrate(
         # alpaca_eval's LC-WR treats equal names as the baseline judged against itself (always 50)
         raise ValueError(f"model and reference outputs share the generator name {model_name!r}")
     ordered = len(models) == len(references) and models["instruction"].tolist() == references["instruction"].tolist()
-    annotators_config, annotator_kwargs = _annotator_setup(judge)
-
-    # Offline: outputs passed as data, no precomputed leaderboard, no annotation cache, nothing written.
-    leaderboard, annotations = alpaca_main.evaluate(
-        model_outputs=models,
-        reference_outputs=references,
-        annotators_config=annotators_config,
-        name=model_name,
-        output_path=None,
-        precomputed_leaderboard=None,
-        is_return_instead_of_print=True,
-        fn_metric=functools.partial(_alpaca_metrics, glm=glm),
-        annotation_kwargs={"is_ordered": ordered},
-        caching_path=None,
-        seed=seed,
-        **annotator_kwargs,
-    )
-    annotations = pd.DataFrame(annotations)
-    row = leaderboard.loc[model_name]
+    row, annotations, annotator = judge_pairs(models, references, judge, ordered=ordered, glm=glm, seed=seed)
     n_parsed = int(row["n_total"])
     summary = {
         "judge": judge_name(judge),
-        "annotator": Path(annotators_config).name,
+        "annotator": annotator,
         "model": model_name,
         "reference": reference_name,
         "n_pairs": len(annotations),
@@ -207,136 +107,6 @@ def winrate(
         "reference_avg_length": float(references["output"].str.len().mean()),
     }
     return WinrateResult(annotations=annotations, summary=summary)
-
-
-def alpaca_eval_available() -> bool:
-    """Whether alpaca_eval imports here (installed, with a setuptools that has pkg_resources)."""
-    try:
-        _import_alpaca_eval()
-    except JudgeUnavailable:
-        return False
-    return True
-
-
-def _import_alpaca_eval():
-    """alpaca_eval's ``main`` and ``metrics`` modules, or ``JudgeUnavailable`` naming the install."""
-    root = logging.getLogger()
-    level = root.level
-    try:
-        with warnings.catch_warnings():  # alpaca_eval 0.6.6 imports pkg_resources (setuptools < 81)
-            warnings.simplefilter("ignore")
-            main = importlib.import_module("alpaca_eval.main")
-            metrics = importlib.import_module("alpaca_eval.metrics")
-    except ImportError as error:
-        raise JudgeUnavailable(
-            f"alpaca_eval cannot be imported ({error}); install the eval extra: {INSTALL_HINT} "
-            "(alpaca-eval==0.6.6 with setuptools<81, which still ships pkg_resources)"
-        ) from error
-    finally:
-        root.setLevel(level)  # alpaca_eval.annotators.base sets the root logger to INFO on import
-    return main, metrics
-
-
-def _annotator_setup(judge: str | PairJudge) -> tuple[str, dict]:
-    """alpaca_eval annotators config and extra annotator kwargs (the completion function) for a judge.
-
-    Our configs leave ``fn_completions`` out of their YAML and pass it here: alpaca_eval would
-    otherwise receive it twice.  The local judge cannot use alpaca_eval's own
-    ``huggingface_local_completions``: it passes ``load_in_8bit``, which transformers 5 rejects.
-    """
-    if judge == API_JUDGE:
-        return API_JUDGE_CONFIG, {}
-    if isinstance(judge, str) and judge.startswith(LOCAL_PREFIX):
-        model = judge.removeprefix(LOCAL_PREFIX)
-        try:
-            from specrej.errors import SpecrejError
-            from specrej.judge import load_judge, local_judge_completions
-        except ImportError as error:
-            raise JudgeUnavailable(f"judge {judge!r} needs torch and transformers ({error})") from error
-        try:
-            load_judge(model)  # fail here, with a JudgeUnavailable, rather than inside alpaca_eval
-        except (SpecrejError, OSError) as error:
-            raise JudgeUnavailable(f"judge {judge!r}: {error}") from error
-        fn = functools.partial(local_judge_completions, model_name=model)
-        return str(JUDGES_DIR / "local_pairwise"), {"fn_completions": fn}
-    pair_judge = longest_judge if judge == OFFLINE_JUDGE else judge
-    fn = functools.partial(_python_judge_completions, judge=pair_judge)
-    return str(JUDGES_DIR / "offline_pairwise"), {"fn_completions": fn}
-
-
-def _python_judge_completions(prompts: Sequence[str], judge: PairJudge, **_ignored) -> dict[str, list]:
-    """alpaca_eval ``fn_completions`` for a Python judge: reads the two outputs back from the
-    sentinel template and answers with log-probs of "1" / "2", as the model judges do."""
-    completions = []
-    for prompt in prompts:
-        match = _SENTINELS.fullmatch(prompt.strip())
-        verdict = judge(*match.groups()) if match else None
-        completions.append(_verdict_completion(verdict))
-    return {"completions": [c["text"] for c in completions], "completions_all": completions}
-
-
-def _verdict_completion(verdict: float | None) -> dict:
-    """A verdict in [1, 2] (1: first output better) as an OpenAI-style log-prob completion."""
-    top = []
-    if verdict is not None and 1 <= verdict <= 2:
-        p_first = 2.0 - float(verdict)
-        top = [{"token": token, "logprob": math.log(p)} for token, p in (("1", p_first), ("2", 1 - p_first)) if p > 0]
-    best = max(top, key=lambda t: t["logprob"], default={"token": "", "logprob": None})
-    return {"text": best["token"], "logprobs": {"content": [{**best, "top_logprobs": top}]}}
-
-
-def _alpaca_metrics(annotations, glm: str) -> dict:
-    """alpaca_eval's metrics plus ``lc_note``: ``get_length_controlled_winrate`` when it can be
-    fitted, else ``get_winrate`` with LC-WR NaN — below 5 parsed verdicts (the GLM's 5-fold
-    cross-validation cannot run) or when every pair has the same length difference (the GLM
-    standardises it by its standard deviation, 0)."""
-    _, metrics = _import_alpaca_eval()
-    frame = pd.DataFrame(annotations)
-    frame["preference"] = pd.to_numeric(frame["preference"], errors="coerce")
-    parsed = frame["preference"].notna().sum()
-    length_difference = frame["output_1"].str.len() - frame["output_2"].str.len()
-    reason = None
-    if parsed < MIN_LC_ANNOTATIONS:
-        reason = f"LC-WR not computed: {parsed} parsed verdicts (needs >= {MIN_LC_ANNOTATIONS})"
-    elif length_difference.nunique() < 2:
-        reason = "LC-WR not computed: every pair has the same length difference"
-    if reason:
-        return {**metrics.get_winrate(frame), "length_controlled_winrate": math.nan, "lc_standard_error": math.nan,
-                "lc_note": reason}
-    with _offline_glm_tables(glm, len(frame)), warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # scikit-learn's deprecations inside alpaca_eval's GLM fit
-        # save_weights_dir=None: "auto" would write GLM weights into alpaca_eval's installed package
-        result = metrics.get_length_controlled_winrate(
-            frame, glm_name=glm, save_weights_dir=None, is_add_glm_preference_inplace=False
-        )
-    note = ""
-    if parsed < RELIABLE_LC_ANNOTATIONS:
-        note = f"LC-WR unreliable: {parsed} parsed verdicts (< {RELIABLE_LC_ANNOTATIONS})"
-    return {**result, "lc_note": note}
-
-
-@contextlib.contextmanager
-def _offline_glm_tables(glm: str, n_rows: int):
-    """Offline workaround: ``get_length_controlled_winrate`` always downloads ``df_gamed.csv`` from
-    the hub and looks up ``instruction_difficulty`` for every row, even for the minimal GLM whose
-    formula (``np.tanh(std_delta_len) + not_gamed_baseline - 1``) uses neither it nor the gamed
-    rows (no regularisation).  For that GLM the download is replaced by a local table of the same
-    columns with difficulty 0 for each row, which leaves the fit unchanged.  Other GLMs need the
-    real table (network) and are left alone."""
-    if glm != MINIMAL_GLM:
-        yield
-        return
-    glm_module = importlib.import_module("alpaca_eval.metrics.glm_winrate")
-    with tempfile.TemporaryDirectory() as folder:
-        table = Path(folder) / "df_gamed.csv"
-        stand_in = pd.DataFrame({"model": "none", "index": range(n_rows), "instruction_difficulty": 0.0})
-        stand_in.to_csv(table, index=False)
-        original = glm_module.hf_hub_download
-        glm_module.hf_hub_download = lambda *args, **kwargs: str(table)
-        try:
-            yield
-        finally:
-            glm_module.hf_hub_download = original
 
 
 def _as_outputs(outputs, default_generator: str) -> pd.DataFrame:
@@ -368,9 +138,7 @@ def group_by_method(records: Iterable[dict]) -> dict[str, list[dict]]:
     """Trajectory records keyed by ``method_label`` (``Bo120``, ``SR α=0.5``), in first-seen order."""
     groups: dict[str, list[dict]] = {}
     for record in records:
-        params = record.get("params", {})
-        n = params.get("n", params.get("init_batch_size"))
-        label = method_label(record["method"], n, params.get("alpha", math.nan))
+        label = method_label(*record_configuration(record))
         groups.setdefault(label, []).append(record)
     return groups
 
@@ -432,7 +200,7 @@ def table1_inputs(
     if reference_label not in runs:
         raise ValueError(f"reference {reference_label!r} is not among the methods {list(runs)}")
     judge = resolve_judge(judge)
-    _import_alpaca_eval()
+    import_alpaca_eval()
     answers = {label: _answers_by_pair(records) for label, records in runs.items()}
     pairs = list(answers[reference_label])
     rewards_per_model = pd.Series([model for model, _ in pairs]).value_counts()
@@ -443,7 +211,7 @@ def table1_inputs(
         common = {"generator": generator, "reward": reward, "judge": judge_name(judge),
                   "reference_label": reference_label}
         rows.append({**common, "method_label": reference_label, "win_rate": 50.0, "lc_win_rate": 50.0,
-                     "n": len(reference), "n_unparsed": 0, "note": "reference: 50 by definition, not judged",
+                     "n": len(reference), "n_unparsed": 0, "note": REFERENCE_NOTE,
                      "avg_length": _mean_length(reference.values()),
                      "reference_avg_length": _mean_length(reference.values())})
         for label in runs:
@@ -484,12 +252,10 @@ def not_evaluated_table(
     ``table1_win_rates`` still lays the table out (with "--" cells); one placeholder row when
     neither is known.  ``frame.attrs["status"]`` carries the note too.
     """
-    note = f"not evaluated: {reason}"
+    note = f"{NOT_EVALUATED}: {reason}"
     if runs_by_method is not None:
-        runs = {label: list(records) for label, records in runs_by_method.items()}
-        method_labels = method_labels or list(runs)
-        generators = generators or list(dict.fromkeys(
-            r.get("params", {}).get("model") for records in runs.values() for r in records))
+        runs_generators, runs_labels = _cells_of(runs_by_method)
+        generators, method_labels = generators or runs_generators, method_labels or runs_labels
     cells = [(g, m) for g in generators for m in method_labels] or [("(none)", "(none)")]
     frame = pd.DataFrame([{"generator": g, "method_label": m, "note": note} for g, m in cells])
     frame = frame.reindex(columns=TABLE1_INPUT_COLUMNS)
@@ -503,11 +269,9 @@ def table1_or_not_evaluated(
 ) -> pd.DataFrame:
     """``table1_inputs``, or ``not_evaluated_table(reason)`` when the judge cannot run here."""
     runs = {label: list(records) for label, records in runs_by_method.items()}
-    try:
-        return table1_inputs(runs, reference_label, judge, **kwargs)
-    except JudgeUnavailable as error:
-        logging.getLogger(__name__).warning("Table 1 not evaluated: %s", error)
-        return not_evaluated_table(str(error), runs)
+    generators, method_labels = _cells_of(runs)
+    return _unless_judge_unavailable(lambda: table1_inputs(runs, reference_label, judge, **kwargs),
+                                     generators, method_labels)
 
 
 def table1_from_files(
@@ -531,64 +295,43 @@ def table1_from_files(
     """
     records = {generator: [r for path in paths for r in load_trajectories(path)]
                for generator, paths in files_by_generator.items()}
+    method_labels = list(group_by_method(r for group in records.values() for r in group))
+
+    def judge_every_generator() -> pd.DataFrame:
+        checked = usable_judge(judge)
+        frames = []
+        for generator, group in records.items():
+            failed = {r["prompt_id"] for r in group if best_response_text(r) is None}
+            answered = [r for r in group if r["prompt_id"] not in failed]
+            if not answered:
+                frame = not_evaluated_table("every prompt failed in at least one run", group_by_method(group))
+            else:
+                folder = None if annotations_dir is None else Path(annotations_dir) / _slug(generator)
+                frame = table1_inputs(group_by_method(answered), reference_label, checked, annotations_dir=folder,
+                                      **kwargs)
+            frames.append(frame.assign(generator=generator))
+        return pd.concat(frames, ignore_index=True).reindex(columns=TABLE1_INPUT_COLUMNS)
+
+    return _unless_judge_unavailable(judge_every_generator, list(records), method_labels)
+
+
+def _unless_judge_unavailable(
+    judge_all: Callable[[], pd.DataFrame], generators: Sequence[str], method_labels: Sequence[str],
+) -> pd.DataFrame:
+    """The one "not evaluated" path: ``judge_all()``, or, when it raises ``JudgeUnavailable``
+    (always before anything is judged), a warning and ``not_evaluated_table`` over the cells."""
     try:
-        judge = resolve_judge(judge)
-        _import_alpaca_eval()
-        _annotator_setup(judge)
+        return judge_all()
     except JudgeUnavailable as error:
         logging.getLogger(__name__).warning("Table 1 not evaluated: %s", error)
-        labels = list(group_by_method(r for group in records.values() for r in group))
-        return not_evaluated_table(str(error), generators=list(records), method_labels=labels)
-    frames = []
-    for generator, group in records.items():
-        failed = {r["prompt_id"] for r in group if best_response_text(r) is None}
-        answered = [r for r in group if r["prompt_id"] not in failed]
-        if not answered:
-            frame = not_evaluated_table("every prompt failed in at least one run", group_by_method(group))
-        else:
-            folder = None if annotations_dir is None else Path(annotations_dir) / _slug(generator)
-            frame = table1_inputs(group_by_method(answered), reference_label, judge, annotations_dir=folder, **kwargs)
-        frames.append(frame.assign(generator=generator))
-    return pd.concat(frames, ignore_index=True).reindex(columns=TABLE1_INPUT_COLUMNS)
+        return not_evaluated_table(str(error), generators=generators, method_labels=method_labels)
 
 
-def write_table1(inputs: pd.DataFrame, path_stem: str | Path, decimals: int = 1) -> list[Path]:
-    """Write ``<stem>.csv/.md/.tex`` (``analysis.tables``) and ``<stem>_inputs.csv`` (every row,
-    with n, standard errors, judge and notes).  The CSV gets a ``status`` column per method (its
-    rows' notes, e.g. "not evaluated: <reason>", else "evaluated by <judge>"); the Markdown ends
-    with the judge and any notes, the LaTeX with the same as comments.  ``inputs`` may come back
-    from a CSV: a "not evaluated" note shared by every row stands for ``attrs["status"]``."""
-    from analysis.tables import append_notes, table1_win_rates, write_table
-
-    table = table1_win_rates(inputs)
-    paths = write_table(table, path_stem, decimals)
-    table.assign(status=[_method_status(inputs[inputs["method_label"] == m]) for m in table.index]).to_csv(paths[0])
-    details = Path(f"{path_stem}_inputs.csv")
-    inputs.to_csv(details, index=False)
-    judges = ", ".join(str(j) for j in inputs["judge"].dropna().unique()) or "none"
-    notes = [f"- {row.generator} / {row.method_label}: {row.note}" for row in inputs.itertuples()
-             if isinstance(row.note, str) and row.note and not row.note.startswith("reference")]
-    status = inputs.attrs.get("status") or _shared_not_evaluated(inputs)
-    lines = [f"\nJudge: {judges}. WR and LC-WR in percent against {_reference_of(inputs)}."]
-    lines += [f"\n**{status}**"] if status else ([""] + notes if notes else [])
-    append_notes(paths[1], paths[2], lines)
-    return [*paths, details]
-
-
-def _method_status(rows: pd.DataFrame) -> str:
-    """One Table 1 row's status: its notes, led by "evaluated by <judge>" when it was judged."""
-    notes = [note for note in dict.fromkeys(rows["note"]) if isinstance(note, str) and note]
-    judges = [str(judge) for judge in dict.fromkeys(rows["judge"].dropna())]
-    if judges and not any(note.startswith(("not evaluated", "reference")) for note in notes):
-        notes = [f"evaluated by {', '.join(judges)}", *notes]
-    return "; ".join(notes) or "not evaluated"
-
-
-def _shared_not_evaluated(inputs: pd.DataFrame) -> str | None:
-    notes = inputs["note"].unique()
-    if len(notes) == 1 and isinstance(notes[0], str) and notes[0].startswith("not evaluated"):
-        return notes[0]
-    return None
+def _cells_of(runs_by_method: Mapping[str, Iterable[dict]]) -> tuple[list, list[str]]:
+    """Table 1's generators (``params.model``, first-seen order) and method labels for some runs."""
+    runs = {label: list(records) for label, records in runs_by_method.items()}
+    generators = list(dict.fromkeys(r.get("params", {}).get("model") for records in runs.values() for r in records))
+    return generators, list(runs)
 
 
 def _answers_by_pair(records: Iterable[dict]) -> dict[tuple, dict]:
@@ -607,11 +350,6 @@ def _answers_by_pair(records: Iterable[dict]) -> dict[tuple, dict]:
 def _mean_length(answers: Iterable[tuple]) -> float:
     lengths = [len(text) for _, text in answers]
     return sum(lengths) / len(lengths) if lengths else math.nan
-
-
-def _reference_of(inputs: pd.DataFrame) -> str:
-    labels = inputs["reference_label"].dropna().unique()
-    return str(labels[0]) if len(labels) else "Bo-N_min"
 
 
 def _slug(text: str) -> str:

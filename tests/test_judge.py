@@ -128,7 +128,7 @@ def test_batches_respect_the_token_budget():
 
 
 def test_judge_model_loads_once_for_setup_and_completions(generator_dir, monkeypatch):
-    """analysis.winrate loads the judge once up front (load_judge(model)); the completions reuse it."""
+    """analysis.alpaca_eval_adapter loads the judge once up front (load_judge(model)); the completions reuse it."""
     calls = []
     real_load = judge_module.load_generator
     monkeypatch.setattr(judge_module, "load_generator",

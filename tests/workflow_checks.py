@@ -25,9 +25,12 @@ def assert_summary_matches_the_run_files(results: Path) -> None:
         summary = list(csv.DictReader(handle))
     for pair_dir in sorted((results / "runs").iterdir()):
         runs = {}  # label -> {prompt_id: record}
-        for path in sorted(pair_dir.glob("bon/n*.jsonl")) + sorted(pair_dir.glob("sr/alpha*.jsonl")):
+        paths = sorted(pair_dir.glob("bon/n*.jsonl")) + sorted(pair_dir.glob("sr/alpha*.jsonl")) + sorted(
+            pair_dir.glob("sr/delta*.jsonl"))  # adaptive SR, by the file name (sr/delta<D>.jsonl)
+        for path in paths:
             records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            label = f"Bo{path.stem[1:]}" if path.parent.name == "bon" else f"SR α={float(path.stem[5:]):g}"
+            label = (f"Bo{path.stem[1:]}" if path.parent.name == "bon" else
+                     f"SR α={float(path.stem[5:]):g}" if path.stem.startswith("alpha") else f"SR δ={float(path.stem[5:]):g}")
             runs[label] = {json.dumps(r["prompt_id"]): r for r in records if "error" not in r and r.get("best")}
         common = set.intersection(*(set(by_prompt) for by_prompt in runs.values()))
         bon_min = min((label for label in runs if label.startswith("Bo")), key=lambda label: int(label[2:]))

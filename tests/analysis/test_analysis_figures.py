@@ -122,6 +122,19 @@ def test_zero_spread_note_shortens_long_lists(summary):
     assert zero_spread_note(summary) == ""  # no such columns: nothing to say
 
 
+def test_figure3_draws_adaptive_sr_as_its_own_series(summary):
+    one = summary[summary["pair"] == "Gen-A / RM"].assign(delta=float("nan"))
+    adaptive = one[one["method"] == "sr"].head(1).assign(alpha=float("nan"), delta=0.05,
+                                                          relative_compute=0.3, improvement=111.0)
+    (axes,) = figure3_compute_vs_improvement(pd.concat([one, adaptive])).axes
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert legend == ["Best-of-N", "Speculative Rejection", "SR, adaptive rejection"]
+    annotations = {child.get_text() for child in axes.texts}
+    assert "δ=0.05" in annotations and "α=nan" not in annotations
+    adaptive_line = axes.get_lines()[-1]
+    assert list(adaptive_line.get_xdata()) == [0.3] and list(adaptive_line.get_ydata()) == [111.0]
+
+
 def test_figure3_single_panel_without_pair_column(summary):
     figure = figure3_compute_vs_improvement(summary[summary["pair"] == "Gen-A / RM"].drop(columns="pair"))
     assert len(figure.axes) == 1

@@ -196,7 +196,7 @@ def test_duplicate_rows_for_a_configuration_and_prompt_are_rejected():
 def test_summary_columns():
     runs = hand_runs().assign(perplexity=2.0)
     assert list(method_summary(runs).columns) == [
-        "method", "n", "alpha", "method_label", "n_prompts", "mean_score", "improvement",
+        "method", "n", "alpha", "delta", "method_label", "n_prompts", "mean_score", "improvement",
         "n_prompts_improvement", "zero_spread_prompts", "compute_s", "relative_compute",
         "speedup_vs_largest_bon", "perplexity", "improvement_lo", "improvement_hi",
         "relative_compute_lo", "relative_compute_hi", "speedup_vs_largest_bon_lo",

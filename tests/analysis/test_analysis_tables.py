@@ -6,6 +6,8 @@ import pandas as pd
 import pytest
 
 from analysis.tables import (
+    NOT_EVALUATED,
+    REFERENCE_NOTE,
     render_latex,
     render_markdown,
     table1_win_rates,
@@ -13,6 +15,7 @@ from analysis.tables import (
     table2_perplexity_speedup,
     with_intervals,
     write_table,
+    write_table1,
 )
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -26,6 +29,11 @@ WIN_RATES = pd.DataFrame(
     }
 )
 TABLE1_COLUMNS = ["Mistral WR", "Mistral LC WR", "Llama WR", "Llama LC WR", "Average WR", "Average LC WR"]
+
+
+def markdown_cells(markdown: str) -> list[list[str]]:
+    """Each line of a pipe table as its cells, without the padding (column widths are cosmetic)."""
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in markdown.splitlines()]
 
 
 def test_table1_has_a_row_per_method_and_columns_per_generator_plus_average():
@@ -87,18 +95,29 @@ def test_write_table_with_intervals(tmp_path):
     table = table2_perplexity_speedup(SUMMARY_WITH_CI)
     csv, markdown, latex = write_table(table, tmp_path / "table2")
     pd.testing.assert_frame_equal(pd.read_csv(csv, index_col="Method"), table, check_names=False)
-    assert "| SR α=0.5 | 3.0 [2.9, 3.2] | 12.5 [11.0, 14.0] | 3.5 [3.1, 3.9] | 20.0 | 3.2 | 16.2 |" in \
-        markdown.read_text().splitlines()
+    assert ["SR α=0.5", "3.0 [2.9, 3.2]", "12.5 [11.0, 14.0]", "3.5 [3.1, 3.9]", "20.0", "3.2", "16.2"] in \
+        markdown_cells(markdown.read_text())
     assert r"SR $\alpha$=0.5 & 3.0 [2.9, 3.2] & 12.5 [11.0, 14.0]" in latex.read_text()
     assert "95% percentile intervals" in interval_note(0.95, 1000) and "1000 resamples" in interval_note(0.95, 1000)
 
 
 def test_markdown_rendering():
-    lines = render_markdown(table1_win_rates(WIN_RATES), decimals=1).splitlines()
-    assert lines[0] == "| Method | " + " | ".join(TABLE1_COLUMNS) + " |"
-    assert lines[1].startswith("| :--- | ---: |")
-    assert lines[3] == "| SR α=0.5 | 60.0 | 55.0 | 70.0 | 65.0 | 65.0 | 60.0 |"
+    markdown = render_markdown(table1_win_rates(WIN_RATES), decimals=1)
+    lines = markdown_cells(markdown)
+    assert all(line.startswith("|") and line.endswith("|") for line in markdown.splitlines())
+    assert lines[0] == ["Method", *TABLE1_COLUMNS]
+    # the method column left-aligned, the numbers right-aligned
+    assert lines[1][0].startswith(":") and not lines[1][0].endswith(":")
+    assert all(cell.endswith(":") and not cell.startswith(":") and set(cell) == {"-", ":"} for cell in lines[1][1:])
+    assert lines[2] == ["Bo120", "50.0", "50.0", "50.0", "50.0", "50.0", "50.0"]
+    assert lines[3] == ["SR α=0.5", "60.0", "55.0", "70.0", "65.0", "65.0", "60.0"]
     assert len(lines) == 4
+
+
+def test_markdown_keeps_the_decimals_and_shows_missing_values():
+    table = pd.DataFrame({"WR": [50.0, math.nan], "n": [3.14159, 12.0]}, index=pd.Index(["Bo4", "SR"], name="Method"))
+    assert markdown_cells(render_markdown(table, decimals=2))[2:] == [["Bo4", "50.00", "3.14"], ["SR", "--", "12.00"]]
+    assert markdown_cells(render_markdown(table, decimals=0))[2:] == [["Bo4", "50", "3"], ["SR", "--", "12"]]
 
 
 def test_latex_rendering_escapes_alpha():
@@ -114,3 +133,44 @@ def test_write_table_writes_all_three_formats(tmp_path):
     assert [p.name for p in paths] == ["table1.csv", "table1.md", "table1.tex"]
     assert all(p.stat().st_size > 0 for p in paths)
     pd.testing.assert_frame_equal(pd.read_csv(paths[0], index_col="Method"), table, check_names=False)
+
+
+def table1_input_rows(rows):
+    columns = ["generator", "method_label", "win_rate", "lc_win_rate", "judge", "reference_label", "note"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def test_write_table1_marks_each_method_with_its_judge_and_notes(tmp_path):
+    inputs = table1_input_rows([
+        ["gen", "Bo4", 50.0, 50.0, "longest", "Bo4", REFERENCE_NOTE],
+        ["gen", "SR α=0.5", 75.0, 60.0, "longest", "Bo4", "LC-WR unreliable: 8 parsed verdicts (< 20)"],
+        ["gen", "Bo16", 62.5, 55.0, "longest", "Bo4", ""],
+    ])
+    csv, markdown, latex, details = write_table1(inputs, tmp_path / "table1")
+    assert details.name == "table1_inputs.csv" and len(pd.read_csv(details)) == 3
+    table = pd.read_csv(csv, index_col=0)
+    assert table["status"].tolist() == [
+        "reference: 50 by definition, not judged",
+        "evaluated by longest; LC-WR unreliable: 8 parsed verdicts (< 20)",
+        "evaluated by longest",
+    ]
+    assert table.loc["SR α=0.5", ["gen WR", "gen LC WR"]].tolist() == [75.0, 60.0]
+    text = markdown.read_text()
+    assert "Judge: longest. WR and LC-WR in percent against Bo4." in text
+    assert "- gen / SR α=0.5: LC-WR unreliable: 8 parsed verdicts (< 20)" in text
+    assert "by definition" not in text and "**" not in text  # the reference's note is not repeated
+    assert "% Judge: longest. WR and LC-WR in percent against Bo4.\n" in latex.read_text()
+
+
+def test_write_table1_not_evaluated_from_a_csv(tmp_path):
+    note = f"{NOT_EVALUATED}: no judge configured"
+    inputs = table1_input_rows([["gen", "Bo4", None, None, None, None, note],
+                                ["gen", "SR α=0.5", None, None, None, None, note]])
+    inputs.to_csv(tmp_path / "win_rates.csv", index=False)  # attrs["status"] does not survive a CSV
+    csv, markdown, latex, _ = write_table1(pd.read_csv(tmp_path / "win_rates.csv"), tmp_path / "table1")
+    assert pd.read_csv(csv, index_col=0)["status"].tolist() == [note, note]
+    text = markdown.read_text()
+    assert "Judge: none. WR and LC-WR in percent against Bo-N_min." in text
+    assert "**not evaluated: no judge configured**" in text
+    assert ["SR α=0.5", "--", "--", "--", "--"] in markdown_cells(text)
+    assert "% not evaluated: no judge configured\n" in latex.read_text()

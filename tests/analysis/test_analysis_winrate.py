@@ -1,6 +1,8 @@
-"""analysis.winrate: WR / LC-WR through alpaca_eval with offline judges (no network, no API key)."""
+"""analysis.winrate (with analysis.judge_registry and analysis.alpaca_eval_adapter): WR / LC-WR through
+alpaca_eval with offline judges (no network, no API key)."""
 
 import json
+import logging
 import math
 import random
 import re
@@ -12,10 +14,12 @@ import pandas as pd
 import pytest
 
 from analysis import winrate as wr
-from analysis.tables import table1_win_rates
+from analysis.alpaca_eval_adapter import alpaca_eval_available
+from analysis.judge_registry import KEY_VARIABLES, JudgeUnavailable, resolve_judge
+from analysis.tables import table1_win_rates, write_table1
 
 needs_alpaca_eval = pytest.mark.skipif(
-    not wr.alpaca_eval_available(), reason="alpaca_eval not installed (pip install -e '.[eval]')"
+    not alpaca_eval_available(), reason="alpaca_eval not installed (pip install -e '.[eval]')"
 )
 
 
@@ -31,7 +35,7 @@ def prefers_good(instruction, output_a, output_b):
 
 
 def no_api_key(monkeypatch):
-    for name in wr.KEY_VARIABLES:
+    for name in KEY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
 
 
@@ -49,12 +53,13 @@ def no_network(monkeypatch):
 def test_module_imports_without_torch_or_alpaca_eval_and_names_the_install():
     code = (
         "import sys; sys.modules['alpaca_eval'] = None\n"
-        "import analysis.winrate as wr\n"
+        "import analysis.winrate as wr, analysis.tables\n"
+        "from analysis.judge_registry import JudgeUnavailable\n"
         "assert 'torch' not in sys.modules, 'analysis.winrate imported torch'\n"
         "try:\n"
         "    wr.winrate([{'instruction': 'q', 'output': 'a'}], [{'instruction': 'q', 'output': 'b'}],\n"
         "               judge='longest')\n"
-        "except wr.JudgeUnavailable as error:\n"
+        "except JudgeUnavailable as error:\n"
         "    print(error)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -63,17 +68,17 @@ def test_module_imports_without_torch_or_alpaca_eval_and_names_the_install():
 
 def test_auto_picks_the_api_judge_only_when_a_key_is_set(monkeypatch):
     no_api_key(monkeypatch)
-    assert wr.resolve_judge("auto") == "local:default"
-    assert wr.resolve_judge("local") == "local:default"
+    assert resolve_judge("auto") == "local:default"
+    assert resolve_judge("local") == "local:default"
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    assert wr.resolve_judge("auto") == "gpt4_turbo"
+    assert resolve_judge("auto") == "gpt4_turbo"
     with pytest.raises(ValueError, match="unknown judge"):
-        wr.resolve_judge("gpt5")
+        resolve_judge("gpt5")
 
 
 def test_gpt4_turbo_without_a_key_is_a_clear_error(monkeypatch):
     no_api_key(monkeypatch)
-    with pytest.raises(wr.JudgeUnavailable, match="gpt4_turbo.*OPENAI_API_KEY"):
+    with pytest.raises(JudgeUnavailable, match="gpt4_turbo.*OPENAI_API_KEY"):
         wr.winrate(outputs(["a"], "m"), outputs(["b"], "r"), judge="gpt4_turbo")
 
 
@@ -236,7 +241,7 @@ def test_table1_inputs_judges_every_method_against_bo_n_min(tmp_path, no_network
     assert a.loc["SR α=0.5", "win_rate"] == 100.0 and a.loc["SR α=0.5", "n"] == 5  # the failed prompt is left out
     table = table1_win_rates(inputs)
     assert table.loc["SR α=0.5", "Average WR"] == 100.0 and table.loc["Bo4", "gen-B WR"] == 50.0
-    written = wr.write_table1(inputs, tmp_path / "table1")
+    written = write_table1(inputs, tmp_path / "table1")
     assert all(path.exists() for path in written)
     assert "Judge: longest" in (tmp_path / "table1.md").read_text()
     saved = sorted(p.name for p in (tmp_path / "annotations").iterdir())
@@ -275,7 +280,7 @@ def test_table1_from_files_leaves_a_prompt_failed_anywhere_out_of_every_method(t
     assert sorted(p.name for p in (tmp_path / "annotations").iterdir()) == ["Gen_A", "Gen_B"]
 
     inputs.to_csv(tmp_path / "win_rates.csv", index=False)  # the workflow passes it on as CSV
-    wr.write_table1(pd.read_csv(tmp_path / "win_rates.csv"), tmp_path / "table1")
+    write_table1(pd.read_csv(tmp_path / "win_rates.csv"), tmp_path / "table1")
     table = pd.read_csv(tmp_path / "table1.csv", index_col=0)
     assert table.loc["SR α=0.5", "status"].startswith("evaluated by longest")
     assert table.loc["Bo4", "status"] == "reference: 50 by definition, not judged"
@@ -292,10 +297,27 @@ def test_table1_from_files_without_a_judge_is_not_evaluated(tmp_path, monkeypatc
         assert inputs["win_rate"].isna().all() and inputs["note"].str.startswith("not evaluated:").all()
         assert reason in inputs.attrs["status"]
     inputs.to_csv(tmp_path / "win_rates.csv", index=False)
-    wr.write_table1(pd.read_csv(tmp_path / "win_rates.csv"), tmp_path / "table1")  # attrs are lost in the CSV
+    write_table1(pd.read_csv(tmp_path / "win_rates.csv"), tmp_path / "table1")  # attrs are lost in the CSV
     assert "**not evaluated: judge 'gpt4_turbo' needs" in (tmp_path / "table1.md").read_text()
     table = pd.read_csv(tmp_path / "table1.csv", index_col=0)
     assert table["status"].str.startswith("not evaluated: judge 'gpt4_turbo'").all()
+
+
+def test_both_table1_entry_points_share_one_not_evaluated_path(tmp_path, monkeypatch, caplog):
+    """A judge that resolves but cannot run (here: alpaca_eval does not import) gives the same
+    "not evaluated" cells, note, attrs and warning from the in-memory and the file entry points."""
+    monkeypatch.setitem(sys.modules, "alpaca_eval.main", None)
+    bon, sr = records("bon", 4, ["a", "b"]), records("sr", 8, ["c", "d"], alpha=0.5)
+    from_runs = wr.table1_or_not_evaluated({"Bo4": bon, "SR α=0.5": sr}, judge="longest")
+    from_files = wr.table1_from_files({"gen-A": write_runs(tmp_path, {"bo4": bon, "sr": sr})}, judge="longest")
+    for inputs in (from_runs, from_files):
+        assert inputs.columns.tolist() == wr.TABLE1_INPUT_COLUMNS
+        assert inputs[["generator", "method_label"]].values.tolist() == [["gen-A", "Bo4"], ["gen-A", "SR α=0.5"]]
+        assert inputs["note"].str.startswith("not evaluated: alpaca_eval cannot be imported").all()
+        assert inputs.attrs["status"] == inputs["note"].iloc[0] and inputs["win_rate"].isna().all()
+    pd.testing.assert_frame_equal(from_runs, from_files)
+    warnings = [r for r in caplog.records if r.name == "analysis.winrate" and r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and all(r.getMessage().startswith("Table 1 not evaluated:") for r in warnings)
 
 
 @needs_alpaca_eval

@@ -46,14 +46,17 @@ def job_counts(output: str) -> dict[str, int]:
 
 @pytest.mark.parametrize("configfile, expected", [
     # 24 prompts in 2 chunks: 8 shards of Bo16 (the ladder Bo16..Bo128, nested), 3 alphas; the
-    # correlation study scores Best-of-N's own responses (no generation of its own)
-    (None, {"bon_shard": 2 * 8, "bon_direct": None, "sr": 2 * 3, "generate_correlation": None,
-            "score_prefixes": 2, "merge_bon": 4, "merge_sr": 3, "table1": 1, "table2": 1,
-            "figure2": 1, "figure3": 1, "figure4": 1, "correlation_summary": 1}),
+    # correlation study scores Best-of-N's own responses (no generation of its own); adaptive SR
+    # at 2 deltas, fit on 10 held-out prompts (1 chunk: Best-of-N shards 0-1, scored)
+    (None, {"bon_shard": 2 * 8 + 2, "bon_direct": None, "sr": 2 * 3, "sr_adaptive": 2 * 2,
+            "generate_correlation": None, "score_prefixes": 2 + 1, "calibration_fit": 1, "adaptive_survival": 1,
+            "merge_bon": 4, "merge_sr": 3 + 2, "table1": 1, "table2": 1, "figure2": 1, "figure3": 1, "figure4": 1,
+            "correlation_summary": 1}),
     # 12 pairs x 10 chunks of 10 prompts: 32 shards of Bo120, 9 alphas; the 9 reward-model pairs
     # get the correlation study, every N is a multiple of 120 (no direct runs)
     ("config/paper.yaml", {"bon_shard": 12 * 10 * 32, "bon_direct": None, "sr": 12 * 10 * 9, "merge_bon": 12 * 6,
                            "merge_sr": 12 * 9, "generate_correlation": None, "score_prefixes": 9 * 10,
+                           "sr_adaptive": None, "calibration_fit": None,
                            "prompt_chunk": 10, "table1": 1, "table2": 1}),
 ])
 def test_dry_run_plans_every_output(tmp_path, configfile, expected):
@@ -119,11 +122,11 @@ def test_bad_config_stops_before_any_job_with_one_message(tmp_path, config, mess
 # the full tiny run: killed part-way, rerun, every output checked
 # ------------------------------------------------------------------------------------------
 
-METHODS = ["Bo2", "Bo4", "Bo8", "SR α=0.5", "SR α=0.75"]
+METHODS = ["Bo2", "Bo4", "Bo8", "SR α=0.5", "SR α=0.75", "SR δ=0.2"]
 
 
 def alpaca_eval_available() -> bool:
-    from analysis.winrate import alpaca_eval_available
+    from analysis.alpaca_eval_adapter import alpaca_eval_available
 
     return alpaca_eval_available()
 
@@ -222,7 +225,26 @@ def test_tiny_run_survives_a_kill_and_produces_every_output(tmp_path, generator_
         assert record["tokens"]["generated"] == sum(s[i]["tokens"]["generated"] for s in shards)
     assert not list((results / ".partial").rglob("*.jsonl"))  # every partial file was moved onto its output
 
-    # 5. the report holds every figure and table
+    # 5. adaptive SR: its fit from the held-out prompts only, the rule of every round recorded
+    import pandas as pd
+
+    for pair in ("tiny--logprob", "tiny--letter-e"):
+        assert [row["tau"] for row in _rows(results / f"adaptive/{pair}/fits.csv")] == ["2", "4", "8"]
+        calibration = pd.read_parquet(results / f"adaptive/{pair}/calibration_prefixes.parquet")
+        assert set(calibration["prompt_id"]) == {"held-out-bread", "held-out-moon"}
+        records = [json.loads(line) for line in (results / f"runs/{pair}/sr/delta0.2.jsonl").read_text().splitlines()]
+        assert [r["prompt_id"] for r in records] == ["sea", "gravity", "empty"]
+        answered = [r for r in records if "error" not in r]
+        assert all(r["params"]["rejection"] == {"rule": "adaptive", "delta": 0.2, "correction": "bonferroni",
+                                                 "fit": "study", "fallback_alpha": 0.5} for r in answered)
+        rounds = [rnd for r in answered for rnd in r["rounds"]]
+        assert rounds and all(rnd["rule"]["source"] in ("fit", "interpolated") for rnd in rounds)
+        survival = _rows(results / f"adaptive/{pair}/survival.csv")
+        assert {(row["tau"], row["delta"]) for row in survival} == {("2", "0.2"), ("4", "0.2"), ("8", "0.2")}
+    assert {row["method_label"] for row in _rows(results / "metrics/adaptive.csv")} == {"SR δ=0.2"}
+    assert "### Adaptive rejection" in (results / "summary.md").read_text()
+
+    # 6. the report holds every figure and table
     report = tmp_path / "report.zip"
     result = snakemake(*args, "--report", report, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr[-3000:]

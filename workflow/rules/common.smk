@@ -96,6 +96,15 @@ def _cross_check(config):
         yield (f"generators: the generators paired with the Table 1 reward {table1!r} need distinct labels "
                f"(Table 1 has one column per generator): {', '.join(labels)}")
     source, select = config["prompts"]["source"], config["prompts"]["select"]
+    adaptive = config["sr"]["adaptive"]
+    calibration = adaptive["calibration_prompts"] if adaptive["deltas"] else None
+    if calibration is not None:
+        overlap = sorted(set(calibration) & set(select)) if select is not None else calibration
+        if overlap:
+            yield (f"sr.adaptive.calibration_prompts: {', '.join(map(str, overlap))} "
+                   + ("are also in prompts.select" if select is not None else "are study prompts (prompts.select "
+                      "is null: every prompt)")
+                   + ": the fit must come from held-out prompts, or it would be tested on its own data")
     local = local_source(source)
     if local is not None:
         if not Path(local).is_file():
@@ -129,9 +138,22 @@ def _slug(value):
     return re.sub(r"[^A-Za-z0-9_.-]", "_", str(value))[:60] or "_"
 
 
-def plan_prompts(config):
-    """[(prompt_id, prompt text or None)] in the order of the study."""
-    source, select = local_source(config["prompts"]["source"]), config["prompts"]["select"]
+def calibration_select(config):
+    """Row indices of the held-out prompts that fit adaptive SR's model ([] when not used)."""
+    adaptive = config["sr"]["adaptive"]
+    return list(adaptive["calibration_prompts"] or []) if adaptive["deltas"] else []
+
+
+def prepared_select(config):
+    """The rows results/prompts/prompts.jsonl holds: the study's, then the held-out ones."""
+    select = config["prompts"]["select"]
+    return None if select is None else [*select, *calibration_select(config)]
+
+
+def plan_prompts(config, select=None):
+    """[(prompt_id, prompt text or None)] of rows `select` (default: the study's), in order."""
+    source = local_source(config["prompts"]["source"])
+    select = config["prompts"]["select"] if select is None else select
     if source is None:
         return [(index, None) for index in select]
     from specrej.io import read_prompts  # torch-free
@@ -150,18 +172,19 @@ def plan_prompts(config):
     return [(item.prompt_id, item.prompt) for item in items]
 
 
-def plan_chunks(prompts, size):
-    """{chunk name: [(prompt_id, text)]}; with one prompt per chunk the name is the prompt id."""
+def plan_chunks(prompts, size, prefix="chunk"):
+    """{chunk name: [(prompt_id, text)]}; with one prompt per chunk the name is the prompt id
+    (for the study's chunks, prefix "chunk"), else prefix + a number."""
     groups = [prompts[i:i + size] for i in range(0, len(prompts), size)]
-    names = [_slug(group[0][0]) for group in groups] if size == 1 else []
-    if size != 1 or len(set(names)) != len(names):
-        names = [f"chunk{i:04d}" for i in range(len(groups))]
+    names = [_slug(group[0][0]) for group in groups] if size == 1 and prefix == "chunk" else []
+    if not names or len(set(names)) != len(names):
+        names = [f"{prefix}{i:04d}" for i in range(len(groups))]
     return dict(zip(names, groups))
 
 
 def chunk_params(chunk):
     """Prompt ids of a chunk and a digest of their texts: a changed prompt reruns its jobs."""
-    group = CHUNKS[chunk]
+    group = ALL_CHUNKS[chunk]
     digest = hashlib.sha256(json.dumps([[str(i), t] for i, t in group]).encode()).hexdigest()[:16]
     return {"ids": [i for i, _ in group], "digest": digest}
 
@@ -229,11 +252,24 @@ def bon_shards(wildcards):
 
 
 def merged_runs(pairs=None):
-    """The per-pair run files the metrics read: Bo-N for every N, SR for every alpha."""
+    """The per-pair run files the metrics read: Bo-N for every N, SR for every alpha and every
+    adaptive delta."""
     pairs = PAIRS if pairs is None else pairs
     return [f"{RESULTS}/runs/{p}/bon/n{n}.jsonl" for p in pairs for n in sorted(config["bon"]["n"])] + [
         f"{RESULTS}/runs/{p}/sr/alpha{fmt_alpha(a)}.jsonl" for p in pairs for a in sorted(config["sr"]["alphas"])
-    ]
+    ] + [f"{RESULTS}/runs/{p}/sr/delta{fmt_alpha(d)}.jsonl" for p in pairs for d in ADAPTIVE_DELTAS]
+
+
+def adaptive_outputs(name, pairs):
+    """results/adaptive/<pair>/<name> per pair, when adaptive SR runs with a held-out fit."""
+    if not (ADAPTIVE_DELTAS and CALIBRATION_CHUNKS):
+        return []
+    return [f"{RESULTS}/adaptive/{pair}/{name}" for pair in pairs]
+
+
+def calibration_fit(pair):
+    """The held-out prefix table adaptive SR fits on ([] for the online fit)."""
+    return [f"{RESULTS}/adaptive/{pair}/calibration_prefixes.parquet"] if CALIBRATION_CHUNKS else []
 
 
 def run_pair(path):
@@ -250,8 +286,9 @@ def _join(args):
     return " ".join(shlex.quote(str(a)) for a in args)
 
 
-def generate_args(pair, method, *, n=None, alpha=None, seed_offset=0, decision_tokens=()):
-    """`specrej generate` options for one job of `pair` (everything but --prompts/--out)."""
+def generate_args(pair, method, *, n=None, alpha=None, seed_offset=0, decision_tokens=(), delta=None, fit=None):
+    """`specrej generate` options for one job of `pair` (everything but --prompts/--out);
+    `delta` (and the prefix table `fit`, if any) makes an SR job use the adaptive rule."""
     g, r, s = generator_of(pair), reward_of(pair), config["sampling"]
     args = ["--model", g["model"], "--reward", r["model"], "--method", method,
             "--max-new-tokens", s["max_new_tokens"], "--temperature", s["temperature"], "--top-p", s["top_p"],
@@ -265,6 +302,8 @@ def generate_args(pair, method, *, n=None, alpha=None, seed_offset=0, decision_t
         args += ["--alpha", alpha, "--min-tokens", block["min_tokens"], "--max-init-batch", block["max_init_batch"]]
         if decision_tokens:
             args += ["--decision-tokens", ",".join(map(str, decision_tokens))]
+        if delta is not None:
+            args += ["--rejection", "adaptive", "--delta", delta] + (["--fit", fit] if fit else [])
     if block["batch_size"]:
         args += ["--batch-size", min(block["batch_size"], n) if method == "bon" else block["batch_size"]]
     if block["memory_budget"] or config["memory_budget"]:
@@ -309,9 +348,15 @@ def needs_gpu(pair, step):
 
 def setup_plan(config):
     """The jobs' dimensions, as globals for the rule files (after the config is validated)."""
-    global PAIRS, CHUNKS, CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS, FIGURE2_PAIR, FIGURE4_PAIR
+    global PAIRS, CHUNKS, CALIBRATION_CHUNKS, ALL_CHUNKS, ADAPTIVE_DELTAS
+    global CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS, FIGURE2_PAIR, FIGURE4_PAIR
     PAIRS = {pair_name(p): p for p in config["pairs"]}
-    CHUNKS = plan_chunks(plan_prompts(config), config["prompts"]["chunk_size"])
+    size = config["prompts"]["chunk_size"]
+    CHUNKS = plan_chunks(plan_prompts(config), size)
+    calibration = calibration_select(config)
+    CALIBRATION_CHUNKS = plan_chunks(plan_prompts(config, calibration), size, "calibration") if calibration else {}
+    ALL_CHUNKS = {**CHUNKS, **CALIBRATION_CHUNKS}
+    ADAPTIVE_DELTAS = sorted(config["sr"]["adaptive"]["deltas"])
     pairs = config["correlation"]["pairs"]
     CORRELATION_PAIRS = list(PAIRS) if pairs is None else list(pairs)
     table1 = config["tables"]["table1_reward"] or config["pairs"][0]["reward"]
@@ -328,6 +373,9 @@ wildcard_constraints:
     n=r"\d+",
     k=r"\d+",
     alpha=r"[0-9.]+",
+    delta=r"[0-9.]+",
+    setting=r"(alpha|delta)[0-9.]+",
+    study="correlation|adaptive",
 
 
 # --------------------------------------------------------------------------------------
@@ -369,7 +417,7 @@ def local_judge():
     (decided when the jobs are planned; the job itself decides `auto` again when it runs)."""
     judge = config["evaluation"]["judge"]
     if judge == "auto":
-        from analysis.winrate import api_key_present  # torch-free
+        from analysis.judge_registry import api_key_present  # standard library only
 
         return not api_key_present()
     return judge is not None and judge.startswith("local:")

@@ -5,17 +5,18 @@
 
 
 rule score_prefixes:
-    """`specrej score-prefixes` on one chunk's Best-of-N responses (free for the logprob reward)."""
+    """`specrej score-prefixes` on one chunk's Best-of-N responses (free for the logprob reward):
+    the study's chunks for the correlation study, the held-out ones for adaptive SR's fit."""
     input:
         correlation_trajectories,
     output:
-        f"{RESULTS}/correlation/{{pair}}/prefixes/{{chunk}}.parquet",
+        f"{RESULTS}/{{study}}/{{pair}}/prefixes/{{chunk}}.parquet",
     params:
         args=lambda wildcards: prefix_args(wildcards.pair),
     log:
-        f"{RESULTS}/logs/score_prefixes/{{pair}}/{{chunk}}.log",
+        f"{RESULTS}/logs/score_prefixes/{{study}}/{{pair}}/{{chunk}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/score_prefixes/{{pair}}/{{chunk}}.tsv"
+        f"{RESULTS}/benchmarks/score_prefixes/{{study}}/{{pair}}/{{chunk}}.tsv"
     threads: config["resources"]["score_prefixes"]["threads"]
     resources:
         gpu=lambda wildcards: needs_gpu(wildcards.pair, "score_prefixes"),

@@ -1,6 +1,6 @@
-# Best-of-N and Speculative Rejection, one job per (pair, chunk of prompts) and per shard or
-# alpha, then one merged run file per method: results/runs/<pair>/bon/n<N>.jsonl and
-# results/runs/<pair>/sr/alpha<A>.jsonl.
+# Best-of-N and Speculative Rejection, one job per (pair, chunk of prompts) and per shard,
+# alpha or adaptive delta, then one merged run file per method: results/runs/<pair>/bon/n<N>.jsonl,
+# results/runs/<pair>/sr/alpha<A>.jsonl and results/runs/<pair>/sr/delta<D>.jsonl.
 
 
 rule bon_shard:
@@ -88,18 +88,45 @@ rule sr:
         GENERATE_SHELL
 
 
-rule merge_sr:
+rule sr_adaptive:
+    """Speculative Rejection with the adaptive rule at one delta (specrej/adaptive.py, paper §6),
+    its partial/final fit from the held-out prompts (or online, without them)."""
     input:
-        lambda wildcards: expand(f"{RESULTS}/runs/{{pair}}/sr/alpha{{alpha}}/{{chunk}}.jsonl", pair=wildcards.pair,
-                                 alpha=wildcards.alpha, chunk=CHUNKS),
+        prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
+        fit=lambda wildcards: calibration_fit(wildcards.pair),
     output:
-        f"{RESULTS}/runs/{{pair}}/sr/alpha{{alpha}}.jsonl",
+        f"{RESULTS}/runs/{{pair}}/sr/delta{{delta}}/{{chunk}}.jsonl",
+    params:
+        **generation_params("sr", alpha=config["sr"]["adaptive"]["fallback_alpha"],
+                            decision_tokens=config["sr"]["decision_tokens"],
+                            delta=lambda wildcards: float(wildcards.delta),
+                            fit=lambda wildcards: (calibration_fit(wildcards.pair) or [None])[0]),
+    log:
+        f"{RESULTS}/logs/sr_adaptive/{{pair}}/delta{{delta}}/{{chunk}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/sr_adaptive/{{pair}}/delta{{delta}}/{{chunk}}.tsv"
+    threads: config["resources"]["generate"]["threads"]
+    resources:
+        gpu=lambda wildcards: needs_gpu(wildcards.pair, "generate"),
+        mem_mb=res("generate", "mem_mb"),
+        runtime=res("generate", "runtime"),
+    shell:
+        GENERATE_SHELL
+
+
+rule merge_sr:
+    """One SR run file per alpha (alpha<A>) or adaptive delta (delta<D>)."""
+    input:
+        lambda wildcards: expand(f"{RESULTS}/runs/{{pair}}/sr/{{setting}}/{{chunk}}.jsonl", pair=wildcards.pair,
+                                 setting=wildcards.setting, chunk=CHUNKS),
+    output:
+        f"{RESULTS}/runs/{{pair}}/sr/{{setting}}.jsonl",
     params:
         shards=1,
     log:
-        f"{RESULTS}/logs/merge_sr/{{pair}}/alpha{{alpha}}.log",
+        f"{RESULTS}/logs/merge_sr/{{pair}}/{{setting}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/merge_sr/{{pair}}/alpha{{alpha}}.tsv"
+        f"{RESULTS}/benchmarks/merge_sr/{{pair}}/{{setting}}.tsv"
     threads: 1
     resources:
         gpu=0,

@@ -8,7 +8,7 @@ rule prepare_prompts:
         f"{RESULTS}/prompts/prompts.jsonl",
     params:
         source=local_source(config["prompts"]["source"]) or config["prompts"]["source"],
-        select=config["prompts"]["select"],
+        select=prepared_select(config),  # the study's prompts, then adaptive SR's held-out ones
         split=config["prompts"]["split"],
         revision=config["prompts"]["revision"],
     log:

@@ -120,14 +120,17 @@ rule figure4:
 
 rule headline:
     """results/summary.md: per pair the best SR α (largest speedup at equal score inside the
-    Best-of-N range), the Best-of-N it equals, every α, and the tokens SR saved beside the
-    correlation study's oracle (analysis.headline); its numbers in results/metrics/headline.csv."""
+    Best-of-N range), the Best-of-N it equals, every α, the tokens SR saved beside the
+    correlation study's oracle, and adaptive SR against fixed α (analysis.headline); its numbers
+    in results/metrics/headline.csv and results/metrics/adaptive.csv."""
     input:
         summary=f"{RESULTS}/metrics/summary.csv",
         bon_equivalent=f"{RESULTS}/metrics/bon_equivalent.csv",
         runs=f"{RESULTS}/metrics/runs.csv",
         correlation=f"{RESULTS}/correlation/summary.csv",
         description=f"{workflow.basedir}/workflow/report/workflow.rst",
+        survival=adaptive_outputs("survival.csv", CORRELATION_PAIRS),
+        fits=adaptive_outputs("fits.csv", PAIRS),
     output:
         markdown=report(
             f"{RESULTS}/summary.md",
@@ -136,6 +139,7 @@ rule headline:
             labels={"table": "headline"},
         ),
         csv=f"{RESULTS}/metrics/headline.csv",
+        adaptive=f"{RESULTS}/metrics/adaptive.csv",
         front=f"{RESULTS}/report_front.rst",
     params:
         improvement_normalization=config["tables"]["improvement_normalization"],
@@ -143,6 +147,8 @@ rule headline:
         confidence_level=config["tables"]["confidence_level"],
         bootstrap_seed=config["tables"]["bootstrap_seed"],
         correlation_resamples=config["correlation"]["n_resamples"],
+        pair_of={path: pair_labels(Path(path).parts[-2])["pair"]
+                 for path in adaptive_outputs("survival.csv", CORRELATION_PAIRS) + adaptive_outputs("fits.csv", PAIRS)},
     log:
         f"{RESULTS}/logs/headline.log",
     benchmark:

@@ -5,8 +5,12 @@ numbers, one row per pair and α (the headline table joined with the token savin
 results/report_front.rst: the report's description (workflow/report/workflow.rst) followed by
 the headline, which the Snakefile uses as the report's first page once it exists.
 
+results/metrics/adaptive.csv: each adaptive SR run against the fixed-α curve at equal compute
+(analysis.adaptive_study.against_fixed_alpha, on the resamples of results/metrics/summary.csv).
+
 Inputs: summary, bon_equivalent (results/metrics), runs (results/metrics/runs.csv),
-correlation (results/correlation/summary.csv). Params: improvement_normalization,
+correlation (results/correlation/summary.csv), and with adaptive SR survival and fits
+(results/adaptive/<pair>/, possibly none). Params: pair_of (display label of each adaptive file), improvement_normalization,
 bootstrap_resamples, confidence_level, bootstrap_seed (config `tables`), correlation_resamples
 (config `correlation.n_resamples`, only quoted in the notes)."""
 
@@ -14,7 +18,9 @@ import sys
 
 import pandas as pd
 
+from analysis.adaptive_study import against_fixed_alpha
 from analysis.headline import headline_table, markdown_to_rst, render_headline_markdown, token_savings
+from analysis.metrics import bootstrap_draws
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 params, inputs, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
@@ -29,19 +35,35 @@ def read(path):
 
 summary, bon_equivalent, runs = read(inputs.summary), read(inputs.bon_equivalent), read(inputs.runs)
 correlation = read(inputs.correlation)
+
+
+def per_pair(paths):
+    frames = [read(path).assign(pair=params.pair_of[path]) for path in paths]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+survival, fits = per_pair(inputs.survival), per_pair(inputs.fits)
+adaptive = pd.DataFrame()
+if "delta" in summary.columns and summary["delta"].notna().any():
+    draws = bootstrap_draws(runs, by=["pair_key", "pair", "generator", "reward"],
+                            normalization=params.improvement_normalization,
+                            n_resamples=params.bootstrap_resamples, seed=params.bootstrap_seed)
+    adaptive = against_fixed_alpha(summary, draws, by=["pair"], confidence_level=params.confidence_level)
+adaptive.to_csv(out.adaptive, index=False)
 headline = headline_table(summary, bon_equivalent)
 savings = token_savings(runs, correlation if not correlation.empty else None,
                         n_resamples=params.bootstrap_resamples, confidence_level=params.confidence_level,
                         seed=params.bootstrap_seed)
 markdown = render_headline_markdown(headline, savings, normalization=params.improvement_normalization,
-                                    correlation_resamples=params.correlation_resamples)
+                                    correlation_resamples=params.correlation_resamples, adaptive=adaptive,
+                                    survival=survival, fits=fits)
 with open(out.markdown, "w", encoding="utf-8") as page:
     page.write(markdown)
 with open(inputs.description, encoding="utf-8") as description, open(out.front, "w", encoding="utf-8") as front:
     front.write(description.read().rstrip() + "\n\n" + markdown_to_rst(markdown))  # the report's first page
 table = headline
 if savings is not None and not savings.empty:
-    tokens = savings.drop(columns=["alpha", "confidence_level", "bootstrap_resamples"]).rename(
+    tokens = savings.drop(columns=["alpha", "delta", "confidence_level", "bootstrap_resamples"]).rename(
         columns={"n_prompts": "tokens_n_prompts"})
     table = headline.merge(tokens, on=["pair", "method_label"], how="left")
 table.to_csv(out.csv, index=False)

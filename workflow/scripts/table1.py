@@ -1,5 +1,5 @@
 """Table 1 (win-rate and length-controlled win-rate per method and generator) as CSV, Markdown
-and LaTeX, written by analysis.winrate.write_table1 (plus table1_inputs.csv: n, standard
+and LaTeX, written by analysis.tables.write_table1 (plus table1_inputs.csv: n, standard
 errors, judge and notes per cell). Cells that were not evaluated read "--": the CSV's `status`
 column and the note under the Markdown and LaTeX tables give the reason and the judge. The
 prompts left out because they failed are named under the tables."""
@@ -8,7 +8,7 @@ import sys
 
 import pandas as pd
 
-from analysis.winrate import write_table1
+from analysis.tables import write_table1
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 sys.path.insert(0, snakemake.scriptdir)  # noqa: F821
