@@ -258,3 +258,35 @@ def test_the_report_front_page_is_the_headline_in_rst():
 
     html = publish_parts(rst, writer="html", settings_overrides={"report_level": 2, "halt_level": 2})
     assert "<pre" in html["html_body"] and "<strong>SR</strong>" in html["html_body"]
+
+
+def test_adaptive_rows_are_never_the_best_alpha_and_get_their_own_section():
+    # SR δ=0.05 is inside the ladder with a higher speedup (BoN-equivalent 3.8 at compute 1.2: 3.2x) than
+    # α=0.5 (2.0x), yet the best α is the paper's method's: α=0.5.
+    adaptive = sr_row(0.5, 135.0, 1.2, "interpolated", compute=3.8, low=3.0, high=4.0, speedup_low=2.0,
+                      speedup_high=3.5) | {"alpha": NAN, "delta": 0.05, "method_label": "SR δ=0.05"}
+    bon_equivalent = pd.concat([two_alpha_frame(), pd.DataFrame([adaptive])], ignore_index=True)
+    table = headline_table(summary_frame(), bon_equivalent)
+    assert list(table["method_label"]) == ["SR α=0.5", "SR α=0.9", "SR δ=0.05"]
+    assert list(table["best"]) == [True, False, False]
+    against = pd.DataFrame([{"pair": PAIR, "method_label": "SR δ=0.05", "delta": 0.05, "improvement": 135.0,
+                             "relative_compute": 1.2, "status": "below_range", "fixed_alpha_improvement": NAN,
+                             "gap": NAN, "gap_lo": NAN, "gap_hi": NAN, "in_range_frac": NAN, "dominated_by": "",
+                             "dominates": "SR α=0.5"}])
+    survival = pd.DataFrame([{"pair": PAIR, "tau": 8, "delta": 0.05, "adaptive_kept_frac": 0.5,
+                              "adaptive_kept_frac_min": 0.25, "adaptive_kept_frac_max": 0.75, "equal_alpha": 0.5,
+                              "adaptive_best_survives": 0.9, "adaptive_best_survives_lo": 0.8,
+                              "adaptive_best_survives_hi": 1.0, "fixed_best_survives": 0.8,
+                              "fixed_best_survives_lo": 0.7, "fixed_best_survives_hi": 0.9,
+                              "survives_difference": 0.1, "survives_difference_lo": 0.0,
+                              "survives_difference_hi": 0.2}])
+    fits = pd.DataFrame([{"pair": PAIR, "tau": 8, "slope": 0.5, "sigma": 0.25, "margin_per_z": 1.0, "prompts": 10}])
+    page = render_headline_markdown(table, adaptive=against, survival=survival, fits=fits)
+    assert "**SR α=0.5** scores 130" in page  # the statement names the fixed α
+    section = page[page.index("### Adaptive rejection"):]
+    assert "**SR δ=0.05**: 135 [130, 140] at 1.2× [1.1, 1.3] compute; speedup at equal score 3.2× [2.0, 3.5]" in section
+    assert "(best fixed α, SR α=0.5: 130 [125, 135] at 1.5× [1.4, 1.6], 2.0× [1.5, 2.5])" in section
+    assert "cheaper than every fixed α" in section and "it dominates SR α=0.5" in section
+    assert "50% (25%–75%)" in section and "| 0.50 " in section  # rows kept by the rule; the equal α
+    assert "+10.0 [+0.0, +20.0]" in section  # survival difference in points
+    assert "τ=8: slope 0.50, σ 0.250, 2σ/slope 1.000" in section and "10 held-out prompts" in section
