@@ -287,6 +287,6 @@ def test_adaptive_rows_are_never_the_best_alpha_and_get_their_own_section():
     assert "**SR δ=0.05**: 135 [130, 140] at 1.2× [1.1, 1.3] compute; speedup at equal score 3.2× [2.0, 3.5]" in section
     assert "(best fixed α, SR α=0.5: 130 [125, 135] at 1.5× [1.4, 1.6], 2.0× [1.5, 2.5])" in section
     assert "cheaper than every fixed α" in section and "it dominates SR α=0.5" in section
-    assert "50% (25%–75%)" in section and "| 0.50 " in section  # rows kept by the rule; the equal α
+    assert "50% (25%–75%)" in section and " 0.50 |" in section  # rows kept by the rule; the equal α
     assert "+10.0 [+0.0, +20.0]" in section  # survival difference in points
     assert "τ=8: slope 0.50, σ 0.250, 2σ/slope 1.000" in section and "10 held-out prompts" in section
