@@ -23,17 +23,9 @@ import statsmodels.api as sm
 from scipy import stats
 
 from analysis._columns import require_columns
+from specrej.io import PREFIX_COLUMNS  # torch-free: the table's one definition, which specrej writes
 from specrej.selection import accepted  # the engine's own rule, so the two agree
 
-PREFIX_COLUMNS = (
-    "prompt_id",
-    "candidate_id",
-    "tau",
-    "partial_score",
-    "final_score",
-    "num_tokens",
-    "finished_before_tau",
-)
 DEFAULT_ALPHAS = (0.5, 0.7, 0.9)
 # Fewer points than this make a correlation coefficient meaningless (n = 2 is always ±1).
 MIN_CANDIDATES_FOR_CORRELATION = 3

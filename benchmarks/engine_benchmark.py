@@ -22,7 +22,8 @@ import time
 import torch
 
 from specrej.api import load_engine
-from specrej.engine import Rollout, SamplingParams
+from specrej.decoding import Rollout
+from specrej.sampling import SamplingParams
 
 PROMPT = "Write a short story about a robot who learns to paint."
 SAMPLINGS = {"T=1": SamplingParams(), "T=0.7,top_p=0.9,top_k=50": SamplingParams(temperature=0.7, top_p=0.9, top_k=50)}

@@ -32,8 +32,8 @@ import specrej
 from specrej.algorithms import best_of_n, speculative_rejection
 from specrej.api import load_engine
 from specrej.budget import format_size, token_capacity
-from specrej.engine import SamplingParams
 from specrej.rewards import LogProbReward
+from specrej.sampling import SamplingParams
 
 PROMPTS = ["Write a short story about a robot who learns to paint.",
            "Explain why the sky is blue to a ten-year-old."]

@@ -14,7 +14,7 @@ _EXPORTS = {
     "load_engine": "api", "run_prompts": "api",
     "parse_size": "budget",
     "score_prefixes": "prefixes",
-    "Engine": "engine", "SamplingParams": "engine",
+    "Engine": "engine", "SamplingParams": "sampling",
     "SpecrejError": "errors",
     "read_prompts": "io", "read_records": "io",
     "CallableReward": "rewards", "LogProbReward": "rewards", "Response": "rewards", "Reward": "rewards",

@@ -5,19 +5,19 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import math
 import os
 import time
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from .budget import PeakMemory, default_memory_budget, format_size, token_capacity
-from .engine import Engine, Rollout, RowOutput, SamplingParams
+from .decoding import Rollout, RowOutput, decode_n_tokens
+from .engine import Engine
 from .errors import SpecrejError
-from .rewards import Response, Reward
+from .rewards import Response, Reward, finite_scores
+from .sampling import SamplingParams
 from .selection import DEFAULT_MAX_INIT_BATCH, AlphaCut, Cut
 
 
@@ -232,9 +232,11 @@ def default_init_batch(capacity: int, min_tokens: int, max_init_batch: int = DEF
     return min(max_init_batch, capacity // min_tokens)
 
 
-def check_alpha(alpha: float) -> None:
-    if not 0 <= alpha < 1:
-        raise SpecrejError(f"alpha must be in [0, 1), got {alpha}")
+def check_alpha(alpha: float | None, name: str = "alpha", what: str = "") -> None:
+    """SR's rejection rate must be in [0, 1): the one check, for the API and the CLI too (their
+    messages name the option, `name`, and say `what` it is for)."""
+    if alpha is None or not 0 <= alpha < 1:
+        raise SpecrejError(f"{name} must be in [0, 1){what}, got {alpha}")
 
 
 class _Run:
@@ -285,14 +287,8 @@ class _Run:
     def generate(self, rollout: Rollout, capacity: int, decision_tokens: set[int] = frozenset()) -> None:
         """Decode until every row is complete, memory runs short, or a scheduled decision token."""
         tic = time.perf_counter()
-        while rollout.num_rows:
-            if rollout.length in decision_tokens and rollout.length not in self.decided_at:
-                break
-            if rollout.needs_room:
-                if rollout.num_rows * (rollout.length + 1) > capacity:
-                    break
-                rollout.grow(min(self.sampling.max_new_tokens, capacity // rollout.num_rows))
-            self._update(rollout.step(), complete=True)
+        decode_n_tokens(rollout, capacity, decision_tokens - self.decided_at,
+                        lambda finished: self._update(finished, complete=True))
         self.decided_at.add(rollout.length)
         self.generate_s += time.perf_counter() - tic
 
@@ -316,7 +312,7 @@ class _Run:
 
     def _release(self) -> None:
         for rollout in self.rollouts:
-            if rollout.cache.k:
+            if not rollout.released:
                 rollout.release()
 
     def finish(self, method: str, params: dict, rounds: Sequence[Round] = ()) -> Result:
@@ -349,8 +345,8 @@ class _Run:
         scores = self.reward.score(self.prompt, [Response(c.text, c.token_ids, c.token_logprobs) for c in candidates])
         self.score_s += time.perf_counter() - tic
         self.tokens_scored += sum(c.num_tokens for c in candidates)
-        if any(math.isnan(s) or s == math.inf for s in scores) and not self.warned_nonfinite:
-            self.warned_nonfinite = True  # once per prompt: a broken reward would flood the log
-            warnings.warn(f"reward {getattr(self.reward, 'name', '?')} gave NaN/inf scores for prompt "
-                          f"{self.prompt[:60]!r}; they count as -inf", stacklevel=2)
-        return [s if math.isfinite(s) else float("-inf") for s in scores]
+        # one warning per prompt: a broken reward would flood the log
+        scores, nonfinite = finite_scores(scores, self.reward, repr(self.prompt[:60]), warn=not self.warned_nonfinite,
+                                          stacklevel=2)
+        self.warned_nonfinite |= nonfinite
+        return scores

@@ -11,14 +11,15 @@ from collections.abc import Iterable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .algorithms import Result, best_of_n, is_out_of_memory, speculative_rejection
-from .engine import Engine, SamplingParams
+from .algorithms import Result, best_of_n, check_alpha, is_out_of_memory, speculative_rejection
+from .engine import Engine
 from .adaptive import AdaptiveCut
 from .selection import DEFAULT_MAX_INIT_BATCH
 from .errors import SpecrejError
 from .io import PromptItem, RecordWriter, read_prompts
 from .models import load_generator
 from .rewards import Response, Reward
+from .sampling import SamplingParams
 
 
 def load_engine(model: str = "default", *, dtype: str = "auto", device: str = "auto",
@@ -110,8 +111,8 @@ def validate(method: str, n: int | None, alpha: float | None) -> None:
         raise SpecrejError(f"unknown method {method!r}; choose bon or sr")
     if method == "bon" and (n is None or n < 1):
         raise SpecrejError(f"--n must be >= 1 for Best-of-N, got {n}")
-    if method == "sr" and (alpha is None or not 0 <= alpha < 1):
-        raise SpecrejError(f"--alpha must be in [0, 1) for speculative rejection, got {alpha}")
+    if method == "sr":
+        check_alpha(alpha, "--alpha", " for speculative rejection")
 
 
 def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.PathLike, *, engine: Engine,

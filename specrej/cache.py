@@ -54,6 +54,10 @@ class KVCache:
         return self.k[0].shape[2] if self.k else 0
 
     @property
+    def prompt_len(self) -> int:
+        return self.prompt_k[0].shape[1]
+
+    @property
     def allocated_rows(self) -> int:
         return self.k[0].shape[0] if self.k else 0
 

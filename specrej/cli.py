@@ -159,7 +159,7 @@ def summarize(args: argparse.Namespace) -> None:
 
 def generate(args: argparse.Namespace) -> int:
     from .api import load_engine, run_prompts, validate
-    from .engine import SamplingParams
+    from .sampling import SamplingParams
     from .io import output_lock, read_prompts
     from .rewards import load_reward
 

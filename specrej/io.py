@@ -9,6 +9,8 @@ Trajectory record (one line per prompt; `Result.to_record` builds it):
   timing {total_s, generate_s, score_s}, tokens {generated, scored}, peak_kv_bytes
 or, for a prompt that failed: prompt_id, prompt, method, params, error.
 Scores of -inf are written as -Infinity (Python's json reads them back).
+
+Also here, torch-free so that `analysis` can import it: the prefix table's column contract.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ from .errors import SpecrejError
 
 # settings that must match for a rerun to append to an existing output file
 RESUME_KEYS = ("model", "reward", "n", "alpha", "seed", "temperature", "top_p", "top_k", "max_new_tokens")
+
+# The prefix table (`specrej score-prefixes` writes it, analysis.correlation reads it): its columns
+# in order and their dtypes. specrej/prefixes.py says what each column holds.
+PREFIX_DTYPES = {"prompt_id": "str", "candidate_id": "int64", "tau": "int64", "partial_score": "float64",
+                 "final_score": "float64", "num_tokens": "int64", "finished_before_tau": "bool"}
+PREFIX_COLUMNS = tuple(PREFIX_DTYPES)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ For every complete candidate of every trajectory record and every decision token
 prefix is cut at the generator's token boundaries (`token_ids[:tau]`), decoded with the
 generator's tokenizer, and scored by the reward, which renders it with its own template. The
 result is the *prefix table* that `analysis.correlation` consumes, one row per (prompt,
-candidate, tau):
+candidate, tau), with the columns of `io.PREFIX_COLUMNS`:
 
     prompt_id      str: the record's id as a string, so ids that mix ints and strings (or that
                    differ between files) keep one parquet type
@@ -27,24 +27,18 @@ of the first tau recorded `token_logprobs` (stored rounded to 5 decimals) and ne
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
 from tqdm.auto import tqdm
 
 from .errors import SpecrejError
-from .io import read_records
-from .rewards import LogProbReward, Response, Reward
-
-PREFIX_COLUMNS = ("prompt_id", "candidate_id", "tau", "partial_score", "final_score", "num_tokens",
-                  "finished_before_tau")
-_DTYPES = {"prompt_id": "str", "candidate_id": "int64", "tau": "int64", "partial_score": "float64",
-           "final_score": "float64", "num_tokens": "int64", "finished_before_tau": "bool"}
+from .io import PREFIX_COLUMNS, PREFIX_DTYPES, read_records
+from .rewards import LogProbReward, Response, Reward, finite_scores
 
 Decode = Callable[[list[list[int]]], list[str]]
 
@@ -88,7 +82,7 @@ def score_prefixes(records: Iterable[dict], reward: Reward, decision_tokens: Ite
     if skipped:
         warnings.warn(f"left out {skipped} candidates that never completed (halted): they have no final score",
                       stacklevel=2)
-    return pd.DataFrame(rows, columns=list(PREFIX_COLUMNS)).astype(_DTYPES)
+    return pd.DataFrame(rows, columns=list(PREFIX_COLUMNS)).astype(PREFIX_DTYPES)
 
 
 def _score_record(record: dict, reward: Reward, taus: list[int], decode: Decode | None, text_free: bool,
@@ -120,7 +114,10 @@ def _score_record(record: dict, reward: Reward, taus: list[int], decode: Decode 
     responses = [Response(text, candidates[i][1][:tau], candidates[i][2][:tau]) for (i, tau), text in zip(cuts, texts)]
     rescore = [i for i, (_, _, _, final) in enumerate(candidates) if final is None]
     responses += [Response(candidates[i][0].get("text", ""), candidates[i][1], candidates[i][2]) for i in rescore]
-    scores = _finite(reward.score(record["prompt"], responses), reward, pid) if responses else []
+    scores = []
+    if responses:
+        scores, _ = finite_scores([float(s) for s in reward.score(record["prompt"], responses)], reward, pid,
+                                  stacklevel=2)
     if len(scores) != len(responses):
         raise SpecrejError(f"reward {reward_name} returned {len(scores)} scores for {len(responses)} responses")
     partial = dict(zip(cuts, scores))
@@ -130,21 +127,12 @@ def _score_record(record: dict, reward: Reward, taus: list[int], decode: Decode 
 
     rows = []
     for i, (c, ids, _, _) in enumerate(candidates):
-        final = _finite([float(finals[i])], reward, pid)[0]
+        final = finite_scores([float(finals[i])], reward, pid, stacklevel=2)[0][0]
         for tau in taus:
             rows.append({"prompt_id": str(pid), "candidate_id": int(c.get("id", i)), "tau": tau,
                          "partial_score": partial.get((i, tau), final), "final_score": final,
                          "num_tokens": len(ids), "finished_before_tau": len(ids) <= tau})
     return rows, skipped
-
-
-def _finite(scores: Sequence[float], reward: Reward, prompt_id) -> list[float]:
-    """NaN and +inf count as -inf, as in the engine, with one warning per call."""
-    scores = [float(s) for s in scores]
-    if any(math.isnan(s) or s == math.inf for s in scores):
-        warnings.warn(f"reward {getattr(reward, 'name', '?')} gave NaN/inf scores for prompt {prompt_id}; "
-                      "they count as -inf", stacklevel=3)
-    return [s if math.isfinite(s) else float("-inf") for s in scores]
 
 
 def write_parquet(frame: pd.DataFrame, out: str | os.PathLike) -> None:

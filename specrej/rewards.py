@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -36,6 +37,18 @@ class Reward(Protocol):
     name: str
 
     def score(self, prompt: str, responses: Sequence[Response]) -> list[float]: ...
+
+
+def finite_scores(scores: Sequence[float], reward: Reward, prompt, *, warn: bool = True,
+                  stacklevel: int = 1) -> tuple[list[float], bool]:
+    """`scores` with NaN and +inf counted as -inf (a broken reward must not win a cut), and
+    whether any was; unless `warn` is False, one warning naming the reward and `prompt` when
+    any was. `stacklevel` as warnings.warn's, counted from the caller."""
+    nonfinite = any(math.isnan(s) or s == math.inf for s in scores)
+    if nonfinite and warn:
+        warnings.warn(f"reward {getattr(reward, 'name', '?')} gave NaN/inf scores for prompt {prompt}; "
+                      "they count as -inf", stacklevel=stacklevel + 1)
+    return [s if math.isfinite(s) else float("-inf") for s in scores], nonfinite
 
 
 class LogProbReward:

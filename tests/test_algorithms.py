@@ -219,3 +219,28 @@ def test_adaptive_cut_records_its_rule_and_delta_zero_is_best_of_n(engine):
     online = speculative_rejection(engine, reward, PROMPT, alpha=0.5, init_batch_size=12, memory_budget=BIG,
                                    sampling=SAMPLING, seed=3, decision_tokens=[4, 8], cut=AdaptiveCut(0.05))
     assert online.rounds[0].rule["source"] == "fixed_alpha_fallback"  # no earlier round to estimate from
+
+
+def test_one_alpha_check_for_the_api_the_cli_and_the_algorithm():
+    from specrej.algorithms import check_alpha
+    from specrej.api import validate
+
+    check_alpha(0.0), check_alpha(0.99)
+    for bad in (1.0, -0.1, None):
+        with pytest.raises(SpecrejError, match=r"^alpha must be in \[0, 1\), got"):
+            check_alpha(bad)
+        with pytest.raises(SpecrejError, match=r"^--alpha must be in \[0, 1\) for speculative rejection, got"):
+            validate("sr", None, bad)
+
+
+def test_non_finite_scores_count_as_minus_inf_with_one_warning():
+    from specrej.rewards import finite_scores
+
+    reward = CallableReward(lambda prompt, texts: [], name="broken")
+    with pytest.warns(UserWarning, match="reward broken gave NaN/inf scores for prompt 'p'; they count as -inf"):
+        scores, nonfinite = finite_scores([1.0, math.nan, math.inf, -math.inf], reward, repr("p"))
+    assert scores == [1.0, -math.inf, -math.inf, -math.inf] and nonfinite
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert finite_scores([math.nan], reward, "p", warn=False) == ([-math.inf], True)
+        assert finite_scores([2.0], reward, "p") == ([2.0], False)

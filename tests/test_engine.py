@@ -5,7 +5,9 @@ import torch
 
 from specrej import SamplingParams
 from specrej.cache import compaction_order
-from specrej.engine import Engine, Rollout, sample_next
+from specrej.decoding import Rollout
+from specrej.engine import Engine
+from specrej.sampling import sample_next
 
 ATOL = 1e-4
 
@@ -162,3 +164,40 @@ def test_decoding_in_row_chunks_matches_one_chunk(generator_dir):
     assert 3 <= engine.decode_chunk_rows(len(prompt_ids) + 1) < 8  # the second run went in several chunks
     assert torch.equal(runs[0][0], runs[1][0])
     torch.testing.assert_close(runs[0][1], runs[1][1])
+
+
+def test_the_free_functions_are_what_the_engine_runs(engine):
+    from specrej import decoding
+
+    prompt_ids = engine.encode_prompt("Explain gravity to a child.")
+    ours = decoding.prefill(engine.forward, prompt_ids)
+    assert torch.equal(ours.hidden, engine.prefill(prompt_ids).hidden)
+    assert all(torch.equal(a, b) for a, b in zip(ours.k, engine.prefill(prompt_ids).k))
+
+
+def test_the_llama_forward_implements_the_forward_pass_interface(engine):
+    """What a fallback forward pass must provide: every member of decoding.ForwardPass."""
+    from specrej.decoding import ForwardPass
+
+    members = set(ForwardPass.__annotations__) | {
+        name for name, value in vars(ForwardPass).items() if callable(value) and not name.startswith("_")}
+    assert {"forward_prompt", "forward_step", "logits", "new_cache", "kv_bytes_per_token"} <= members
+    assert not [name for name in members if not hasattr(engine.forward, name)]
+
+
+def test_decode_n_tokens_stops_at_a_decision_token_and_when_the_capacity_is_reached(engine):
+    from specrej.decoding import decode_n_tokens
+
+    engine.stop_token_ids, stop_ids = torch.tensor([-1]), engine.stop_token_ids  # no row finishes early
+    try:
+        _, rollout = new_rollout(engine, rows=4, max_len=4, max_new_tokens=10)
+        decode_n_tokens(rollout, capacity=4 * 10, stop_at={3})
+        assert rollout.length == 3 and rollout.cache.max_len == 4
+        decode_n_tokens(rollout, capacity=4 * 6)  # full at 4 tokens: grows to 6 each, then stops
+        assert rollout.length == 6 and rollout.cache.max_len == 6 and rollout.num_rows == 4
+        finished = []
+        decode_n_tokens(rollout, capacity=4 * 10, on_finished=finished.extend)
+        assert rollout.num_rows == 0 and sorted(f.candidate_id for f in finished) == [0, 1, 2, 3]
+        assert all(len(f.token_ids) == 10 and not f.stopped for f in finished)
+    finally:
+        engine.stop_token_ids = stop_ids

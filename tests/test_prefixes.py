@@ -180,3 +180,12 @@ def test_help_lists_every_option(capsys):
     for option in ("--trajectories", "--reward", "--decision-tokens", "--out", "--model", "--trust-remote-code",
                    "--dtype", "--device", "--reward-batch-size", "--no-progress"):
         assert option in text
+
+
+def test_the_prefix_table_columns_have_one_definition():
+    import specrej.io
+    import specrej.prefixes
+
+    correlation = pytest.importorskip("analysis.correlation")
+    assert specrej.prefixes.PREFIX_COLUMNS is specrej.io.PREFIX_COLUMNS is correlation.PREFIX_COLUMNS
+    assert tuple(specrej.io.PREFIX_DTYPES) == specrej.io.PREFIX_COLUMNS

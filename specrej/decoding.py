@@ -1,0 +1,242 @@
+"""The decode loop, gpt-fast style: `prefill`, `decode_one_token`, `decode_n_tokens` as free
+functions over explicit tensors, and `Rollout`, the per-row scheduler they drive.
+
+The prompt is prefilled once and its KV shared by every row; rows decode in lock-step, and
+finished or halted rows are pruned out of the cache and all per-row state in place (no
+re-prefill, no re-tokenisation). The model is anything that implements `ForwardPass`
+(`llama.LlamaForward` for the architectures the engine knows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+from .cache import compaction_order, moved_rows
+from .sampling import SamplingParams, sample_next, token_logprobs
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+class RowCache(Protocol):
+    """The per-row KV cache a `ForwardPass` decodes into (`cache.KVCache`): the prompt's KV shared,
+    each row's own KV preallocated, rows pruned and re-laid out in place."""
+
+    rows: int  # live rows: the leading rows of the buffers
+    peak_bytes: int  # the most its storages (prompt KV included) ever held, transients included
+
+    @property
+    def max_len(self) -> int: ...  # generated tokens each row has room for
+
+    @property
+    def prompt_len(self) -> int: ...
+
+    def share_prompt(self, prompt_k: list[torch.Tensor], prompt_v: list[torch.Tensor]) -> None: ...
+
+    def allocate(self, rows: int, max_len: int) -> None: ...
+
+    def prune(self, order: torch.Tensor) -> None: ...  # keep rows `order` (new row j is old row order[j])
+
+    def relayout(self, max_len: int) -> None: ...  # room for max_len tokens per live row
+
+    def free(self) -> None: ...
+
+
+class ForwardPass(Protocol):
+    """What `prefill`, `decode_one_token`, `sample` and the engine's memory accounting need
+    from a model. `llama.LlamaForward` implements it; a fallback for any causal LM implements
+    the same (`engine.forward_pass` picks one for a model). `hidden` [rows, H] is each row's
+    state that `logits` turns into next-token logits (H = hidden_size for the lm_head input);
+    `Rollout` index-selects it when rows are pruned, as it does the cache."""
+
+    device: torch.device
+    dtype: torch.dtype
+    layers: Sequence  # the decoder layers; len(layers) is what the KV budget counts
+    hidden_size: int
+    vocab_size: int
+    kv_bytes_per_token: int  # KV bytes of one token of one row, all layers
+
+    def check_fits(self, prompt_len: int, max_new_tokens: int) -> None: ...  # SpecrejError if not
+
+    def new_cache(self) -> RowCache: ...
+
+    def forward_prompt(self, token_ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+        """token_ids [1, P] -> the prompt's per-layer k and v (as `RowCache.share_prompt` takes
+        them) and the hidden state of its last token [1, H]."""
+
+    def forward_step(self, cache: RowCache, tokens: torch.Tensor, pos: int, first_row: int = 0) -> torch.Tensor:
+        """tokens [rows, 1] at generated position `pos` for the cache's rows first_row...: writes
+        their KV into `cache`, returns their hidden states [rows, H]."""
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...  # fp32 [rows, vocab]
+
+    def decode_row_bytes(self, context_len: int) -> int: ...  # one row's activations in a step
+
+    def prefill_bytes(self, prompt_len: int) -> int: ...  # the prompt's activations in forward_prompt
+
+
+@dataclass
+class PrefilledPrompt:
+    token_ids: list[int]
+    k: list[torch.Tensor]  # per layer [kv_heads, P, d]
+    v: list[torch.Tensor]
+    hidden: torch.Tensor  # [hidden] final hidden state of the last prompt token (lm_head input)
+
+
+@torch.inference_mode()
+def prefill(model: ForwardPass, prompt_ids: list[int]) -> PrefilledPrompt:
+    """Run the prompt once (batch 1); its KV is then shared by every row that samples from it."""
+    k, v, hidden = model.forward_prompt(torch.tensor([prompt_ids], device=model.device))
+    return PrefilledPrompt(list(prompt_ids), k, v, hidden[0])
+
+
+@torch.inference_mode()
+def decode_one_token(model: ForwardPass, cache: RowCache, tokens: torch.Tensor, pos: int,
+                     chunk_rows: int) -> torch.Tensor:
+    """Feed each live row's token at generated position `pos`; returns the hidden states that
+    predict the next token, [rows, hidden]. Rows go through the model `chunk_rows` at a time,
+    so a step's activations stay bounded however many rows there are."""
+    hidden = [model.forward_step(cache, tokens[start : start + chunk_rows, None], pos, start)
+              for start in range(0, tokens.shape[0], chunk_rows)]
+    return hidden[0] if len(hidden) == 1 else torch.cat(hidden)
+
+
+@torch.inference_mode()
+def sample(model: ForwardPass, hidden: torch.Tensor, params: SamplingParams, generator: torch.Generator,
+           chunk_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next token and its log-prob for each row, from hidden states [rows, hidden].
+
+    Logits are made `chunk_rows` rows at a time: SR's initial batch can run to thousands of
+    rows, and [rows, vocab] fp32 logits plus the sampler's temporaries would not fit.
+    """
+    tokens, logprobs = [], []
+    for chunk in hidden.split(chunk_rows):
+        logits = model.logits(chunk)
+        chosen = sample_next(logits, params, generator)
+        tokens.append(chosen)
+        logprobs.append(token_logprobs(logits, chosen))
+    return torch.cat(tokens), torch.cat(logprobs)
+
+
+@dataclass
+class RowOutput:
+    candidate_id: int
+    token_ids: list[int]  # generated tokens, stop token excluded
+    token_logprobs: list[float]
+    stopped: bool  # ended with a stop token (else: still running, halted, or at max_new_tokens)
+
+
+class Rollout:
+    """Rows sampling continuations of one prefilled prompt in lock-step.
+
+    Per-row state (candidate id, tokens, log-probs, next-token hidden state) lives in tensors whose
+    first dimension is the row, and is pruned together with the KV cache.
+    """
+
+    def __init__(self, engine: Engine, prompt: PrefilledPrompt, rows: int, max_len: int,
+                 params: SamplingParams, generator: torch.Generator, first_candidate_id: int = 0):
+        self.engine, self.params, self.generator = engine, params, generator
+        self.cache = engine.new_cache()
+        self.cache.share_prompt(prompt.k, prompt.v)
+        self.cache.allocate(rows, max_len)
+        device = engine.device
+        self.candidate_ids = torch.arange(first_candidate_id, first_candidate_id + rows, device=device)
+        self.tokens = torch.zeros(rows, params.max_new_tokens, dtype=torch.long, device=device)
+        self.logprobs = torch.zeros(rows, params.max_new_tokens, dtype=torch.float32, device=device)
+        self.hidden = prompt.hidden.expand(rows, -1)
+        self.length = 0  # tokens sampled per live row
+        self.tokens_generated = 0
+        self.released = False
+
+    @property
+    def num_rows(self) -> int:
+        return self.candidate_ids.numel()
+
+    @property
+    def needs_room(self) -> bool:
+        """The next step would write past the cache's preallocated length."""
+        return self.length + 1 > self.cache.max_len
+
+    def step(self) -> list[RowOutput]:
+        """Sample one token for every row; return the rows that finished (stop token or length)."""
+        tokens, logprobs = self.engine.sample(self.hidden, self.params, self.generator)
+        self.tokens[:, self.length] = tokens
+        self.logprobs[:, self.length] = logprobs
+        self.length += 1
+        self.tokens_generated += self.num_rows
+        stopped = torch.isin(tokens, self.engine.stop_token_ids)
+        done = stopped | (self.length == self.params.max_new_tokens)
+        finished = self._remove(done, stopped) if done.any() else []
+        if self.num_rows:
+            self.hidden = self.engine.decode_one_token(self.cache, self.tokens[:, self.length - 1], self.length - 1)
+        return finished
+
+    def partial_outputs(self) -> list[RowOutput]:
+        """The live rows' responses so far."""
+        return self._outputs(torch.arange(self.num_rows, device=self.engine.device), None)
+
+    def halt(self, candidate_ids: Iterable[int]) -> list[RowOutput]:
+        halted = torch.isin(self.candidate_ids, torch.tensor(list(candidate_ids), device=self.engine.device))
+        return self._remove(halted, None)
+
+    def grow(self, max_len: int) -> None:
+        self.cache.relayout(max_len)
+
+    def release(self) -> None:
+        """Free the KV cache and the per-row buffers once no row is live (counters stay)."""
+        self.cache.free()
+        self.candidate_ids = self.candidate_ids.new_empty(0)
+        self.tokens = self.logprobs = self.hidden = None
+        self.released = True
+
+    def _outputs(self, rows: torch.Tensor, stopped: torch.Tensor | None) -> list[RowOutput]:
+        ids = self.candidate_ids[rows].tolist()
+        tokens = self.tokens[rows, : self.length].tolist()
+        logprobs = self.logprobs[rows, : self.length].tolist()
+        ended = stopped[rows].tolist() if stopped is not None else [False] * len(ids)
+        return [
+            RowOutput(c, t[:-1] if s else t, lp[:-1] if s else lp, s)
+            for c, t, lp, s in zip(ids, tokens, logprobs, ended)
+        ]
+
+    def _remove(self, remove: torch.Tensor, stopped: torch.Tensor | None) -> list[RowOutput]:
+        removed = self._outputs(remove.nonzero().flatten(), stopped)
+        order = compaction_order(~remove)
+        self.candidate_ids = self.candidate_ids[order]
+        self.hidden = self.hidden[order]
+        # the token and log-prob buffers are compacted in place (only the rows that move are
+        # copied), like the cache: a gathered copy would double them for the moment
+        self.tokens, self.logprobs = _compact(self.tokens, order), _compact(self.logprobs, order)
+        self.cache.prune(order)
+        return removed
+
+
+def decode_n_tokens(rollout: Rollout, capacity: int, stop_at: Container[int] = frozenset(),
+                    on_finished: Callable[[list[RowOutput]], None] = lambda outputs: None) -> None:
+    """Step `rollout` until every row is complete, the next token would not fit `capacity`
+    (generated-token slots of KV, rows x tokens), or its length reaches one in `stop_at`.
+
+    When the cache is full but the next token still fits, the rows are re-laid out with as much
+    room as the capacity gives each (at most max_new_tokens). `on_finished` gets the rows each
+    step finished (stop token or max_new_tokens)."""
+    max_new_tokens = rollout.params.max_new_tokens
+    while rollout.num_rows:
+        if rollout.length in stop_at:
+            break
+        if rollout.needs_room:
+            if rollout.num_rows * (rollout.length + 1) > capacity:
+                break
+            rollout.grow(min(max_new_tokens, capacity // rollout.num_rows))
+        on_finished(rollout.step())
+
+
+def _compact(buffer: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """buffer's rows `order` as its first rows, in place; returns the view of those rows."""
+    src, dst = moved_rows(order)
+    if src.numel():
+        buffer[dst] = buffer[src]
+    return buffer[: order.numel()]
