@@ -318,7 +318,8 @@ class _Run:
     def finish(self, method: str, params: dict, rounds: Sequence[Round] = ()) -> Result:
         self._release()
         self._score_final([c for c in self.candidates if c.complete and c.final_score is None])
-        params = {**params, "memory_budget": self.budget, "seed": self.seed, **asdict(self.sampling)}
+        params = {**params, "memory_budget": self.budget, "seed": self.seed, **asdict(self.sampling),
+                  "forward": getattr(self.engine, "forward_kind", "llama")}  # which forward pass ran: llama | hf
         return Result(
             prompt=self.prompt, method=method, params=params, candidates=self.candidates, rounds=list(rounds),
             timing={"total_s": time.perf_counter() - self.started, "generate_s": self.generate_s, "score_s": self.score_s},

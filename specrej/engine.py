@@ -1,6 +1,7 @@
 """The engine: a model's forward pass with its tokenizer, stop tokens and memory bounds.
 
-Where things are (gpt-fast's layout): the forward pass in `llama.py`, the static KV cache in
+Where things are (gpt-fast's layout): the forward pass in `llama.py` (Llama, Mistral, Qwen2; any
+other causal LM goes through its own forward and cache, `hf_forward.py`), the static KV cache in
 `cache.py`, sampling in `sampling.py`, and `prefill` / `decode_one_token` / `decode_n_tokens`
 with the per-row scheduler `Rollout` in `decoding.py`. `Engine` ties one model to them: it
 encodes prompts and decodes responses, knows the stop tokens, and decides how many rows go
@@ -9,6 +10,7 @@ through the model at once, which bounds the memory a run takes beside its KV bud
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 import torch
@@ -18,20 +20,34 @@ from .cache import KVCache
 from .decoding import ForwardPass, PrefilledPrompt
 from .decoding import Rollout  # noqa: F401  also importable from here: tests/test_memory.py imports it so
 from .errors import SpecrejError
+from .hf_forward import HFForward
 from .llama import SUPPORTED_MODEL_TYPES, LlamaForward
 from .sampling import SamplingParams, sampler_copies  # sampler_copies: tests/test_memory.py imports it from here
 
+logger = logging.getLogger("specrej")
+
 
 def forward_pass(model) -> ForwardPass:
-    """The forward pass for a Hugging Face causal LM: the engine's own for the architectures it
-    knows; any other is refused (a fallback through the model's own forward would go here)."""
+    """The forward pass for a Hugging Face causal LM: the engine's own (`llama.LlamaForward`) for
+    the architectures it knows, else the fallback through the model's own forward and cache
+    (`hf_forward.HFForward`), with one line in the log naming the model type."""
     model_type = model.config.model_type
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise SpecrejError(
-            f"the engine supports {', '.join(SUPPORTED_MODEL_TYPES)} architectures; "
-            f"this model is {model_type!r}"
-        )
-    return LlamaForward(model.eval())
+    if model_type in SUPPORTED_MODEL_TYPES:
+        return LlamaForward(model.eval())
+    logger.warning("specrej: %r is not one of the engine's own architectures (%s); decoding through "
+                   "the model's own forward pass and cache (the fallback, slower)",
+                   model_type, ", ".join(SUPPORTED_MODEL_TYPES))
+    try:
+        return HFForward(model.eval())
+    except SpecrejError:
+        raise
+    except Exception as error:  # a model whose forward the fallback cannot drive
+        raise SpecrejError(f"cannot run {model_type!r} through its own forward pass: {error}") from error
+
+
+def forward_kind(forward: ForwardPass) -> str:
+    """Which forward pass runs, for the records: "llama" (the engine's own) or "hf" (the fallback)."""
+    return getattr(forward, "kind", "llama")
 
 
 class Engine:
@@ -39,6 +55,7 @@ class Engine:
 
     def __init__(self, model, tokenizer, stop_token_ids: Iterable[int] = ()):
         self.forward = forward_pass(model)
+        self.forward_kind = forward_kind(self.forward)  # "llama" or "hf": recorded in each result's params
         self.model, self.tokenizer, self.config = model, tokenizer, model.config
         self.layers = self.forward.layers
         self.device, self.dtype = self.forward.device, self.forward.dtype
@@ -92,7 +109,10 @@ class Engine:
 
     def decode_chunk_rows(self, context_len: int) -> int:
         """Rows fed through the model at once in a decode step: as many as keep the activations
-        within `decode_chunk_bytes` (at least one), so they do not grow with b_init."""
+        within `decode_chunk_bytes` (at least one), so they do not grow with b_init. A forward
+        pass without chunked decode (`chunked_decode = False`, the fallback) takes all rows at once."""
+        if not getattr(self.forward, "chunked_decode", True):
+            return 2**62
         return max(1, self.decode_chunk_bytes // self.decode_row_bytes(context_len))
 
     def memory_margin(self, prompt_len: int, rows: int, params: SamplingParams) -> int:
@@ -105,7 +125,10 @@ class Engine:
           the int64 sort indices);
         - prefill: the prompt's activations (prompt_len rows) and its attention scores;
         - per row: the token-id and log-prob buffers [max_new_tokens] and one gathered copy of
-          them (when responses are read out), three [hidden] states and a few ids and masks.
+          them (when responses are read out), three [hidden] states and a few ids and masks;
+        - with the fallback forward pass (`hf_forward.HFForward`): a decode step over all rows
+          (it has no row chunks), and its `extra_cache_bytes`: the prompt KV that its rows hold
+          beside the budget (sliding-window layers' per-row copies, one layer in flight).
 
         Not included: the reward model's pass (a reward model scores --reward-batch-size responses
         at a time, so its activations are bounded by that batch, not by the number of rows) and
@@ -114,10 +137,14 @@ class Engine:
         context = prompt_len + params.max_new_tokens
         row = self.decode_row_bytes(context)
         decode = min(rows * row, max(self.decode_chunk_bytes, row))
+        extra = 0
+        if not getattr(self.forward, "chunked_decode", True):
+            decode = rows * row
+            extra = self.forward.extra_cache_bytes(prompt_len, rows)
         sampling = sampler_copies(params) * min(rows, self.sample_chunk_rows) * self.forward.vocab_size * 4
         prefill = self.forward.prefill_bytes(prompt_len)
         per_row = 2 * 12 * params.max_new_tokens + 3 * 4 * self.forward.hidden_size + 128
-        return decode + sampling + prefill + rows * per_row
+        return decode + sampling + prefill + rows * per_row + extra
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

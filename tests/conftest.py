@@ -112,3 +112,64 @@ def custom_code_reward_dir(tmp_path_factory, reward_model_dir) -> Path:
     tokenizer.save_pretrained(path)
     shutil.copy(TESTS / "custom_rm_code.py", path / "custom_rm_code.py")
     return path
+
+
+# -- tiny random models of other architectures (tests/test_hf_forward.py) --------------------------
+# Each is built from a small config, saved to a tmp dir with the generator's tokenizer and loaded
+# by the real loading code (load_engine). The engine's own forward pass runs llama / mistral /
+# qwen2; every other one goes through the fallback (specrej/hf_forward.py).
+
+def _tiny_configs():
+    import transformers as tf
+
+    common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+                  pad_token_id=0, tie_word_embeddings=False)
+    return {
+        "mistral": lambda v: tf.MistralConfig(vocab_size=v, sliding_window=256, **common),
+        "qwen2": lambda v: tf.Qwen2Config(vocab_size=v, **common),
+        "qwen3": lambda v: tf.Qwen3Config(vocab_size=v, head_dim=16, **common),
+        # sliding window 8 < prompt + continuation: the sliding layer really slides; soft-capped logits
+        "gemma2": lambda v: tf.Gemma2Config(vocab_size=v, head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
+                                            final_logit_softcapping=30.0, attn_logit_softcapping=50.0, **common),
+        "gemma3_text": lambda v: tf.Gemma3TextConfig(vocab_size=v, head_dim=16, sliding_window=8,
+                                                     query_pre_attn_scalar=16,
+                                                     layer_types=["sliding_attention", "full_attention"], **common),
+        "phi3": lambda v: tf.Phi3Config(vocab_size=v, **common),
+        "olmo2": lambda v: tf.Olmo2Config(vocab_size=v, **common),
+        "gpt_neox": lambda v: tf.GPTNeoXConfig(vocab_size=v, rotary_pct=0.5, **{
+            k: x for k, x in common.items() if k != "num_key_value_heads"}),
+        "gpt2": lambda v: tf.GPT2Config(vocab_size=v, n_embd=64, n_layer=2, n_head=4, n_positions=256,
+                                        bos_token_id=1, eos_token_id=2),
+        # hybrid: a Mamba layer (linear-attention state in the cache) and an attention layer, MoE MLP
+        "jamba": lambda v: tf.JambaConfig(vocab_size=v, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
+                                          expert_layer_offset=1, num_experts=2, mamba_d_state=8, mamba_expand=2,
+                                          use_mamba_kernels=False, **{k: x for k, x in common.items()
+                                                                      if k != "max_position_embeddings"}),
+        # no attention at all: the cache holds only per-row state that does not grow with tokens
+        "mamba": lambda v: tf.MambaConfig(vocab_size=v, hidden_size=64, num_hidden_layers=2, state_size=8,
+                                          bos_token_id=1, eos_token_id=2, pad_token_id=0),
+    }
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """tiny_model_dir(model_type) -> a saved tiny random causal LM of that architecture (built once)."""
+    from transformers import AutoModelForCausalLM
+
+    configs, built = _tiny_configs(), {}
+
+    def build(model_type: str) -> Path:
+        if model_type not in built:
+            path = tmp_path_factory.mktemp(f"tiny-{model_type}")
+            tokenizer = build_tokenizer(GENERATOR_TEMPLATE)
+            torch.manual_seed(0)
+            model = AutoModelForCausalLM.from_config(configs[model_type](len(tokenizer)))
+            with torch.no_grad():  # sharper next-token distributions, as the Llama generator's
+                model.get_output_embeddings().weight.mul_(4)
+            model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+            built[model_type] = path
+        return built[model_type]
+
+    return build

@@ -1,6 +1,5 @@
 """The engine's own forward pass, cache and sampler against Hugging Face's reference."""
 
-import pytest
 import torch
 
 from specrej import SamplingParams
@@ -122,14 +121,19 @@ def test_compaction_order_moves_only_tail_survivors_into_holes():
     assert compaction_order(keep).tolist() == [0, 5, 2, 3]
 
 
-def test_unsupported_architecture_is_refused():
+def test_an_architecture_the_engine_does_not_know_runs_through_the_fallback():
+    """GPT-2 is not one of the fast path's; it goes through its own forward (tests/test_hf_forward.py)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from specrej import SpecrejError
+    from specrej.hf_forward import HFForward
 
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
-    with pytest.raises(SpecrejError, match="gpt2"):
-        Engine(model, tokenizer=None)
+    engine = Engine(model, tokenizer=None)
+    assert isinstance(engine.forward, HFForward) and engine.forward_kind == "hf"
+
+
+def test_the_engine_knows_its_own_architectures(engine):
+    assert engine.forward_kind == "llama" and engine.forward.__class__.__name__ == "LlamaForward"
 
 
 def test_sampling_in_row_chunks_changes_nothing(generator_dir):

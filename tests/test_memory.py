@@ -250,3 +250,26 @@ def test_the_sampler_stays_within_its_copies(engine, params):
         engine.sample(hidden, params, torch.Generator().manual_seed(0))
     # the copies of the logits, plus the sampled tokens and log-probs (int64 and fp32, and their cat)
     assert meter.peak_bytes <= sampler_copies(params) * rows * engine.config.vocab_size * 4 + rows * 32
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "gemma2"])
+def test_the_fallback_forward_pass_keeps_the_memory_contract(tiny_model_dir, monkeypatch, model_type):
+    """The fallback (hf_forward.HFForward: the model's own forward and cache) under SR with a budget
+    that forces decisions: the measured peak stays within budget + margin (the margin counts an
+    unchunked decode step and the fallback's extra_cache_bytes), and the cache's own peak within
+    budget + extra_cache_bytes: for qwen3 (all layers full attention, the prompt held once) only the
+    prompt's part of one layer in flight, for gemma2 also each row's copy of its sliding layer's
+    prompt part."""
+    from specrej import load_engine
+
+    engine = load_engine(str(tiny_model_dir(model_type)))
+    assert engine.forward_kind == "hf"
+    monkeypatch.setattr(engine, "sample_chunk_rows", 64)
+    sampling = SamplingParams(max_new_tokens=32)
+    budget = budget_for(engine, 300)
+    result = speculative_rejection(engine, load_reward("python:toy_rewards:letter_e"), PROMPT, alpha=0.5,
+                                   memory_budget=budget, sampling=sampling, min_tokens=4)
+    assert len(result.rounds) >= 2 and result.params["forward"] == "hf"
+    prompt_len, b_init = len(engine.encode_prompt(PROMPT)), result.params["init_batch_size"]
+    assert result.measured_peak_bytes <= budget + result.memory_margin_bytes
+    assert 0 < result.peak_kv_bytes <= budget + engine.forward.extra_cache_bytes(prompt_len, b_init)

@@ -1,0 +1,455 @@
+"""The fallback forward pass: any Hugging Face causal LM through its own forward and its own cache.
+
+`engine.forward_pass` uses it for every architecture the engine's own forward pass
+(`llama.LlamaForward`) does not know: Qwen3, Gemma 2/3, Phi-3, OLMo, GPT-NeoX, GPT-2, ... The
+model computes attention, positions, masks and sliding windows itself over the cache class it
+builds itself (for most models a `transformers.DynamicCache` whose layers are full or
+sliding-window as the config says; linear-attention layers of hybrid models keep their state in
+the same object). `HFForward` implements `decoding.ForwardPass` and `HFRowCache` implements
+`decoding.RowCache`, so `Rollout`, the sampler, the log-probs, SR and Best-of-N run unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+
+import torch
+
+from .errors import SpecrejError
+
+
+class PromptKV(list):
+    """The prompt's per-layer keys (or values) [kv_heads, P', d] as `RowCache.share_prompt` takes
+    them, carrying the model's own cache object of the prompt (batch 1), which `HFRowCache`
+    expands to the rows. P' < P for a sliding-window layer (it keeps the last window - 1 tokens)."""
+
+    cache: object = None
+    prompt_len: int = 0
+
+
+def cache_tensors(cache) -> list[torch.Tensor]:
+    """Every tensor a transformers cache holds (keys, values, linear-attention states...)."""
+    found = []
+
+    def walk(obj, depth):
+        if isinstance(obj, torch.Tensor):
+            found.append(obj)
+        elif depth < 3 and isinstance(obj, (list, tuple)):
+            for item in obj:
+                walk(item, depth + 1)
+        elif depth < 3 and isinstance(obj, dict):
+            for item in obj.values():
+                walk(item, depth + 1)
+
+    for layer in getattr(cache, "layers", None) or [cache]:
+        walk({k: v for k, v in vars(layer).items() if not k.startswith("_sliding_window")}, 0)
+    return found
+
+
+def storage_bytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of the storages behind `tensors`, each once (an expanded view is its one storage)."""
+    storages = {}
+    for t in tensors:
+        if t.numel():
+            storage = t.untyped_storage()
+            storages[storage._cdata] = storage.nbytes()
+    return sum(storages.values())
+
+
+def _layer_bytes(layer) -> int:
+    return storage_bytes(cache_tensors(_OneLayer(layer)))
+
+
+class _OneLayer:
+    def __init__(self, layer):
+        self.layers = [layer]
+
+
+@functools.cache
+def shared_prompt_layer_class():
+    """`SharedPromptLayer`, a transformers cache layer class, made on first use (importing
+    specrej does not import transformers)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class SharedPromptLayer(DynamicLayer):
+        """A full-attention layer of the rows' cache whose prompt keys/values [1, kv_heads, P, d]
+        are shared by every row (one copy, as in the fast path's `cache.KVCache`): the layer
+        holds only the rows' own tokens [rows, kv_heads, t, d]; `update` appends the new token to
+        them and hands the attention cat(prompt expanded to the rows, own), a transient of one
+        layer that is freed once the layer's attention is done."""
+
+        def __init__(self, prompt_keys: torch.Tensor, prompt_values: torch.Tensor, rows: int):
+            super().__init__()
+            self.prompt_keys, self.prompt_values = prompt_keys, prompt_values
+            self.keys = prompt_keys.new_empty((rows, prompt_keys.shape[1], 0, prompt_keys.shape[3]))
+            self.values = prompt_values.new_empty((rows, prompt_values.shape[1], 0, prompt_values.shape[3]))
+            self.device, self.dtype, self.is_initialized = prompt_keys.device, prompt_keys.dtype, True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            self.keys = torch.cat([self.keys, key_states], dim=-2)
+            self.values = torch.cat([self.values, value_states], dim=-2)
+            rows = self.keys.shape[0]
+            return (torch.cat([self.prompt_keys.expand(rows, -1, -1, -1), self.keys], dim=-2),
+                    torch.cat([self.prompt_values.expand(rows, -1, -1, -1), self.values], dim=-2))
+
+        def get_seq_length(self) -> int:
+            return self.prompt_keys.shape[-2] + self.keys.shape[-2]
+
+        def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+            self.keys = self.keys.index_select(0, beam_idx.to(self.keys.device))
+            self.values = self.values.index_select(0, beam_idx.to(self.values.device))
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            self.keys, self.values = self.keys[indices, ...], self.values[indices, ...]
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            self.keys = self.keys.repeat_interleave(repeats, dim=0)
+            self.values = self.values.repeat_interleave(repeats, dim=0)
+
+        def crop(self, tokens_to_remove: int) -> None:
+            raise NotImplementedError("a shared-prompt layer is not cropped")
+
+    return SharedPromptLayer
+
+
+def shares_prompt(layer) -> bool:
+    """Whether `expand_cache` gives this layer of the model's cache a shared prompt: a plain
+    full-attention `DynamicLayer` (a sliding-window, linear-attention or other layer keeps its
+    own class, and each row its own copy of the prompt's part in it)."""
+    from transformers.cache_utils import DynamicLayer
+
+    return type(layer) is DynamicLayer
+
+
+class HFRowCache:
+    """The rows' cache for `HFForward`: the model's own cache object, batch = the live rows.
+
+    - `share_prompt` keeps the prompt's cache (batch 1, never modified: several batches of
+      Best-of-N start from it).
+    - `allocate(rows, max_len)` expands it to `rows` without re-running the prompt
+      (`expand_cache`): each plain full-attention layer becomes a `SharedPromptLayer` that keeps
+      the prompt's keys/values once, for every row, and holds only the rows' own tokens; a
+      sliding-window layer (or another key/value layer class) gets stride-0 `expand` views of
+      the prompt's tensors (no copy) that its own `update` (torch.cat) turns into each row's
+      copy at the first step (at most window - 1 tokens per row); a layer with other state
+      (linear attention) is expanded by its own `reorder_cache` on index 0 repeated.
+    - `prune(order)` is the cache's own `reorder_cache(order)`: an index_select on the batch
+      dimension of every layer (no re-prefill).
+    - `max_len` is bookkeeping only: the model's cache grows by itself, so `relayout` moves
+      nothing; `max_len` still tells `Rollout.needs_room` when SR's memory runs short, so the
+      decisions are the same as with the fast path's static cache.
+    - `peak_bytes`: the storages the cache really holds (each storage once: the shared prompt
+      once), plus, at each step and prune, one layer in flight (its old and new tensors side by
+      side, and the prompt + own keys/values handed to the attention).
+    """
+
+    def __init__(self, forward: "HFForward"):
+        self.forward = forward
+        self.prompt = None
+        self.cache = None
+        self.rows = 0
+        self.length = 0  # generated tokens held per live row
+        self.peak_bytes = 0
+        self._max_len = 0
+        self._prompt_len = 0
+
+    @property
+    def max_len(self) -> int:
+        return self._max_len
+
+    @property
+    def prompt_len(self) -> int:
+        return self._prompt_len
+
+    @property
+    def allocated_bytes(self) -> int:
+        tensors = cache_tensors(self.prompt) if self.prompt is not None else []
+        if self.cache is not None:
+            tensors += cache_tensors(self.cache)
+        return storage_bytes(tensors)
+
+    def _track(self, transient: int = 0) -> None:
+        self.peak_bytes = max(self.peak_bytes, self.allocated_bytes + transient)
+
+    def _largest_layer_bytes(self) -> int:
+        layers = getattr(self.cache, "layers", None) or []
+        return max((_layer_bytes(layer) for layer in layers), default=0)
+
+    def share_prompt(self, prompt_k: PromptKV, prompt_v: PromptKV) -> None:
+        self.prompt, self._prompt_len = prompt_k.cache, prompt_k.prompt_len
+        self._track()
+
+    def allocate(self, rows: int, max_len: int) -> None:
+        self.cache = expand_cache(self.prompt, rows)
+        self.rows, self.length, self._max_len = rows, 0, max_len
+        self._track()
+
+    def prune(self, order: torch.Tensor) -> None:
+        if order.numel() == self.rows and torch.equal(order, torch.arange(self.rows, device=order.device)):
+            return
+        transient = self._largest_layer_bytes()  # a layer's old tensors until its new ones are made
+        self.cache.reorder_cache(order)
+        self.rows = order.numel()
+        self._track(transient)
+
+    def relayout(self, max_len: int) -> None:
+        assert max_len >= self.length
+        self._max_len = max_len
+
+    def stepped(self, pos: int) -> None:
+        """After a decode step: the peak includes one layer in flight, the larger of its old
+        tensors (beside the new ones while its update concatenates) and the keys/values a
+        shared-prompt layer's update hands the attention (prompt included; the old ones are freed
+        by then)."""
+        self.length = pos + 1
+        in_flight = self.rows * (self._prompt_len + self.length) * max(self.forward.layer_kv_bytes, default=0)
+        self._track(transient=max(self._largest_layer_bytes(), in_flight))
+
+    def free(self) -> None:
+        self.prompt = self.cache = None
+        self.rows = self.length = 0
+
+
+def expand_cache(prompt_cache, rows: int):
+    """A new cache object holding the batch-1 prompt cache's content for `rows` rows."""
+    tensors = cache_tensors(prompt_cache)
+    index = torch.zeros(rows, dtype=torch.long, device=tensors[0].device if tensors else None)
+    if not isinstance(getattr(prompt_cache, "layers", None), list):  # a cache without layers: its own index_select
+        cache = copy.deepcopy(prompt_cache)
+        cache.reorder_cache(index)
+        return cache
+    cache = copy.copy(prompt_cache)
+    cache.layers = []
+    for layer in prompt_cache.layers:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if shares_prompt(layer) and isinstance(keys, torch.Tensor) and keys.dim() == 4:
+            cache.layers.append(shared_prompt_layer_class()(keys, values, rows))
+            continue
+        others = [t for t in cache_tensors(_OneLayer(layer)) if t is not keys and t is not values and t.dim()]
+        if isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and not others:
+            layer = copy.copy(layer)
+            if keys.numel():
+                layer.keys, layer.values = keys.expand(rows, *keys.shape[1:]), values.expand(rows, *values.shape[1:])
+        elif others:  # other state (linear attention, indexers): the layer's own index_select, on a deep copy
+            layer = copy.deepcopy(layer)
+            layer.reorder_cache(index)
+        else:
+            layer = copy.copy(layer)
+        cache.layers.append(layer)
+    return cache
+
+
+class HFForward:
+    """`decoding.ForwardPass` through a Hugging Face causal LM's own forward and cache class.
+
+    Prefill: the whole causal LM runs the prompt once at batch 1 (`logits_to_keep=1`) and builds
+    its own default cache; a hook on the output embedding takes the last token's hidden state.
+    On the first prompt that hidden state is checked to be the decoder's own output and
+    `logits(hidden)` the model's own logits: a model whose head does something `logits` does not
+    reproduce is refused with a SpecrejError, not decoded wrong.
+    Decode: the decoder (`model.base_model`) runs one token per row over that cache, expanded to
+    the rows (`HFRowCache`); `logits` applies the output embedding and the known head
+    post-processing (Gemma's final soft-capping, Cohere's logit_scale, Granite's logits_scaling).
+    Sampling, log-probs and pruning are the engine's own, as with the fast path.
+
+    Memory: `kv_bytes_per_token` is measured from the cache the model actually builds: per
+    layer, the bytes it holds after a 2-token probe minus after a 1-token probe (for a
+    sliding-window layer that is its growth below the window, an upper bound beyond it; state
+    that does not grow with tokens, e.g. a linear-attention layer's, is `state_bytes`).
+
+    What this path cannot honour as the fast path does, and how it keeps the semantics:
+    - The shared prompt is shared only in plain full-attention layers (`SharedPromptLayer`);
+      sliding-window and other layers hold each row's copy of the prompt's part (bounded by the
+      window). The KV budget counts the prompt once, so `extra_cache_bytes` (those copies, plus
+      one layer's prompt keys/values in flight) goes into the engine's memory margin, and
+      `peak_kv_bytes` reports what the cache really held.
+    - The fixed-position row layout: the model's cache grows by concatenation each step (a new
+      tensor per layer, the old one freed), and `relayout` moves nothing (`max_len` is kept as
+      bookkeeping, so SR decides at the same tokens as on the fast path).
+    - Chunked decode: a step feeds all live rows at once (`chunked_decode = False`: the engine
+      gives one chunk), since the model's cache is one batch; a step's activations therefore grow
+      with the rows, and the engine's memory margin counts them for all rows.
+    - Speed: the model's own modules (unfused projections, its mask construction, a cache
+      concatenation per layer per step, the prompt's keys concatenated to the rows' own in every
+      full-attention layer at every step) make it slower than the fast path.
+    """
+
+    kind = "hf"
+    chunked_decode = False
+
+    def __init__(self, model):
+        self.model = model.eval()
+        self.config = model.config
+        self.text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.model_type = model.config.model_type
+        self.device, self.dtype = model.device, model.dtype
+        self.decoder = model.base_model
+        self.head = model.get_output_embeddings()
+        if self.decoder is model or self.head is None:
+            raise SpecrejError(f"cannot run {self.model_type!r}: no separate decoder and output embedding")
+        self._cache_kwarg = _cache_kwarg(self.decoder.forward)
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.max_positions = getattr(self.text_config, "max_position_embeddings", None)
+        self._probe()
+        self.layers = self._decoder_layers()
+        self._checked = False
+
+    # -- set-up ----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _probe(self) -> None:
+        """Sizes from the model itself: a 1- and a 2-token forward at batch 1 (see the class doc)."""
+        sizes = []
+        for length in (1, 2):
+            ids = torch.zeros(1, length, dtype=torch.long, device=self.device)
+            out = self.decoder(input_ids=ids, use_cache=True)
+            cache = _output_cache(out)
+            layers = getattr(cache, "layers", None) or [cache]
+            sizes.append([_layer_bytes(layer) for layer in layers])
+            hidden = out.last_hidden_state
+        self.hidden_size = hidden.shape[-1]
+        self.vocab_size = self.head.weight.shape[0]
+        self.num_cache_layers = len(getattr(cache, "layers", ()))
+        # per layer: bytes per token of one row, and bytes that do not grow with tokens
+        self.layer_kv_bytes = [max(0, two - one) for one, two in zip(*sizes)]
+        self.layer_shares_prompt = [shares_prompt(layer) for layer in layers]
+        self.kv_bytes_per_token = max(1, sum(self.layer_kv_bytes))
+        self.state_bytes = sum(max(0, one - kv) for one, kv in zip(sizes[0], self.layer_kv_bytes))
+        # per token of one row's prompt, the bytes each row holds a copy of (layers without a shared prompt)
+        self.unshared_kv_bytes = sum(kv for kv, shared in zip(self.layer_kv_bytes, self.layer_shares_prompt)
+                                     if not shared)
+
+    def _decoder_layers(self):
+        for name in ("layers", "h", "blocks", "block"):
+            layers = getattr(self.decoder, name, None)
+            if isinstance(layers, torch.nn.ModuleList) and len(layers):
+                return layers
+        return tuple(range(max(1, self.num_cache_layers)))
+
+    # -- limits and sizes --------------------------------------------------------------------
+    def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
+        total = prompt_len + max_new_tokens
+        if self.max_positions and total > self.max_positions:
+            raise SpecrejError(
+                f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} exceeds the "
+                f"model's context of {self.max_positions} tokens"
+            )
+
+    def new_cache(self) -> HFRowCache:
+        return HFRowCache(self)
+
+    def decode_row_bytes(self, context_len: int) -> int:
+        """Upper bound on one row's activations in a decode step with `context_len` tokens of KV,
+        at 4 bytes an element: the residual stream and a dozen hidden-sized temporaries, the MLP's
+        intermediate (4 copies), q/k/v, the attention scores and their soft-maxed copies over the
+        context (5 x heads x context); plus the cache's own transient: one layer's keys and values
+        twice (the model's update concatenates the new token to a layer's old tensor)."""
+        c = self.text_config
+        hidden = self.hidden_size
+        heads = getattr(c, "num_attention_heads", None) or 1
+        inter = getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * hidden
+        per_layer_kv = self.kv_bytes_per_token // max(1, len(self.layers))
+        return (4 * (12 * hidden + 4 * inter + 3 * heads * 256 + 5 * heads * context_len)
+                + 2 * per_layer_kv * context_len)
+
+    def prefill_bytes(self, prompt_len: int) -> int:
+        """The prompt's activations in `forward_prompt`, its attention scores, the model's own
+        prompt cache and its logits of the last token."""
+        heads = getattr(self.text_config, "num_attention_heads", None) or 1
+        return (prompt_len * self.decode_row_bytes(prompt_len) + 4 * heads * prompt_len**2
+                + prompt_len * self.kv_bytes_per_token + 8 * self.vocab_size)
+
+    def extra_cache_bytes(self, prompt_len: int, rows: int) -> int:
+        """Cache bytes beside the budget (which counts the prompt once): each row's own copy of the
+        prompt in the layers that do not share it (sliding-window and other non-plain layers; 0
+        for a model whose layers are all full attention), any per-row state that does not grow
+        with tokens, and the prompt's part of one layer's keys and values in flight (the shared
+        layer's update hands the attention cat(prompt, own) for all rows, one layer at a time)."""
+        in_flight = prompt_len * max(self.layer_kv_bytes, default=0)
+        return rows * (prompt_len * self.unshared_kv_bytes + self.state_bytes + in_flight)
+
+    # -- forward -----------------------------------------------------------------------------
+    def forward_prompt(self, token_ids: torch.Tensor) -> tuple[PromptKV, PromptKV, torch.Tensor]:
+        """The prompt token_ids [1, P] through the whole causal LM: its cache (in `PromptKV`) and
+        the hidden state of its last token [1, H] that the output embedding takes."""
+        captured, decoded = [], []
+        hooks = [self.head.register_forward_pre_hook(lambda module, args: captured.append(args[0])),
+                 self.decoder.register_forward_hook(lambda module, args, out: decoded.append(out.last_hidden_state))]
+        try:
+            kwargs = {"logits_to_keep": 1} if self._keeps_logits else {}
+            out = self.model(input_ids=token_ids, use_cache=True, **kwargs)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        hidden = captured[-1][:, -1]
+        if not self._checked:
+            self._check_logits(hidden, out.logits[:, -1], decoded[-1][:, -1] if decoded else None)
+        cache = _output_cache(out)
+        layers = getattr(cache, "layers", [])
+        k, v = PromptKV(_squeezed(layers, "keys")), PromptKV(_squeezed(layers, "values"))
+        for kv in (k, v):
+            kv.cache, kv.prompt_len = cache, token_ids.shape[1]
+        return k, v, hidden
+
+    def forward_step(self, cache: HFRowCache, tokens: torch.Tensor, pos: int, first_row: int = 0) -> torch.Tensor:
+        """tokens [rows, 1] of every live row at generated position `pos` (no row chunks: see the
+        class doc): the model's decoder over its cache, which it updates in place."""
+        if first_row != 0 or tokens.shape[0] != cache.rows:
+            raise SpecrejError("the fallback forward pass decodes all live rows in one chunk")
+        if pos != cache.length:
+            raise SpecrejError(f"decode position {pos} but the cache holds {cache.length} generated tokens")
+        out = self.decoder(input_ids=tokens, use_cache=True, **{self._cache_kwarg: cache.cache})
+        cache.cache = _output_cache(out)
+        cache.stepped(pos)
+        return out.last_hidden_state[:, -1]
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The model's head on hidden [rows, H], in the model's dtype, then fp32 [rows, vocab]."""
+        logits = self.head(hidden)
+        c = self.text_config
+        softcap = getattr(c, "final_logit_softcapping", None)
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        scale = getattr(self.model, "logit_scale", None)  # Cohere
+        if isinstance(scale, (int, float)):
+            logits = logits * scale
+        scaling = getattr(c, "logits_scaling", None)  # Granite
+        if scaling:
+            logits = logits / scaling
+        return logits.float()
+
+    def _check_logits(self, hidden: torch.Tensor, expected: torch.Tensor, decoder_hidden: torch.Tensor | None) -> None:
+        """Once: the decoder's last hidden state is what the head takes (decode steps run the
+        decoder alone), and `logits` of it are the model's own logits."""
+        if decoder_hidden is None or not torch.equal(decoder_hidden, hidden):
+            raise SpecrejError(
+                f"the fallback forward pass cannot run {self.model_type!r}: its head does not take "
+                f"the decoder's last hidden state as it is")
+        ours, theirs = self.logits(hidden), expected.float()
+        tol = 1e-4 if self.dtype == torch.float32 else 2e-2
+        if not torch.allclose(ours, theirs, atol=tol * max(1.0, theirs.abs().max().item()), rtol=0):
+            raise SpecrejError(
+                f"the fallback forward pass cannot reproduce {self.model_type!r}'s logits from its last "
+                f"hidden state (the head post-processes them in a way the engine does not know)")
+        self._checked = True
+
+
+def _cache_kwarg(forward) -> str:
+    """transformers 5 calls the cache argument `cache`; earlier versions `past_key_values`."""
+    params = inspect.signature(forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _output_cache(out):
+    cache = getattr(out, "cache", None)
+    if cache is None:
+        cache = getattr(out, "past_key_values", None)
+    if cache is None or not hasattr(cache, "reorder_cache"):
+        raise SpecrejError("the model returned no transformers Cache (use_cache=True); the fallback needs one")
+    return cache
+
+
+def _squeezed(layers, name: str) -> list[torch.Tensor]:
+    return [getattr(layer, name)[0] for layer in layers
+            if isinstance(getattr(layer, name, None), torch.Tensor) and getattr(layer, name).dim() == 4]
