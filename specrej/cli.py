@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     # options every model-running subcommand shares
     runtime = argparse.ArgumentParser(add_help=False)
     runtime.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-                         help="auto: float32 on CPU, bfloat16 on CUDA")
+                         help="auto: bfloat16 on CUDA and for the generator on a CPU with native bf16 "
+                              "matmul (AVX512-BF16/AMX), else float32 (reward models stay float32 on CPU)")
     runtime.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     runtime.add_argument("--reward-batch-size", type=int, default=16, help="responses per reward-model forward pass")
     runtime.add_argument("--trust-remote-code", action="store_true", help="allow models with custom code (e.g. ArmoRM)")

@@ -45,7 +45,7 @@ def load_judge(model: str, dtype: str = "auto", device: str = "auto"):
 
 @lru_cache(maxsize=2)
 def _load_judge(model: str, dtype: str, device: str):
-    return load_generator(model, dtype=dtype, device=device)
+    return load_generator(model, dtype=dtype, device=device, cpu_bfloat16=False)  # a scorer: see resolve_dtype
 
 
 def chatml_to_messages(prompt: str) -> list[dict[str, str]]:

@@ -26,6 +26,14 @@ GENERATOR_TEMPLATE = (
 REWARD_TEMPLATE = "{% for m in messages %}[{{ m['role'] | upper }}] {{ m['content'] }}\n{% endfor %}[SCORE]"
 
 
+@pytest.fixture(autouse=True)
+def float32_auto_dtype_on_cpu(monkeypatch):
+    """`--dtype auto` picks bfloat16 on CPUs with native bf16 matmul; in tests it means float32
+    on every CPU, so exact comparisons do not depend on the machine (tests/test_models_dtype.py
+    tests the rule itself, with the probe set both ways)."""
+    monkeypatch.setattr("specrej.models.cpu_has_native_bfloat16", lambda: False)
+
+
 def build_tokenizer(chat_template: str | None):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -82,7 +90,7 @@ def reward_model_dir(tmp_path_factory) -> Path:
 def engine(generator_dir):
     from specrej import load_engine
 
-    return load_engine(str(generator_dir))
+    return load_engine(str(generator_dir), dtype="float32")  # module-wide: built before the autouse probe patch
 
 
 @pytest.fixture
