@@ -28,6 +28,7 @@ the generators' bootstraps are separate, so no resample spans them.
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analysis._columns import require_columns
@@ -73,6 +74,13 @@ def interval_note(confidence_level: float, n_resamples: int) -> str:
     return (f"Brackets: {confidence_level:.0%} percentile intervals from a prompt-level paired bootstrap "
             f"({n_resamples} resamples of the prompts, the same resamples for every method of a "
             f"generator); averages over generators have none.")
+
+
+def format_ratio(value: float) -> str:
+    """A ratio with two significant-ish digits: 12, 3.4, 0.56; NaN or inf as "--"."""
+    if not np.isfinite(value):
+        return MISSING
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}" if abs(value) >= 1 else f"{value:.2f}"
 
 
 def render_markdown(table: pd.DataFrame, decimals: int = 1) -> str:

@@ -1,4 +1,4 @@
-"""analysis.headline on hand-worked tables (the expected numbers are worked out by hand)."""
+"""analysis.headline and analysis.summary_page on hand-worked tables (the expected numbers are worked out by hand)."""
 
 import math
 
@@ -10,10 +10,10 @@ from analysis.headline import (
     SELECTED_BY_SCORE,
     SELECTED_BY_SPEEDUP,
     headline_table,
-    render_headline_markdown,
     token_savings,
 )
 from analysis.io import best_responses_frame
+from analysis.summary_page import markdown_to_rst, render_headline_markdown
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -249,7 +249,6 @@ def test_a_limit_censored_at_the_curve_end_reads_as_a_bound():
 
 
 def test_the_report_front_page_is_the_headline_in_rst():
-    from analysis.headline import markdown_to_rst
 
     rst = markdown_to_rst("# Title\n\n## Pair\n\n**SR** wins.\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\n- note\n")
     assert rst.splitlines()[:5] == ["Title", "=====", "", "Pair", "----"]

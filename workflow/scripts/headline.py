@@ -19,8 +19,9 @@ import sys
 import pandas as pd
 
 from analysis.adaptive_study import against_fixed_alpha
-from analysis.headline import headline_table, markdown_to_rst, render_headline_markdown, token_savings
+from analysis.headline import headline_table, token_savings
 from analysis.metrics import bootstrap_draws
+from analysis.summary_page import markdown_to_rst, render_headline_markdown
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 params, inputs, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821

@@ -1,0 +1,377 @@
+"""The headline page, ``results/summary.md``: ``analysis.headline``'s tables as Markdown (per
+pair a statement of the best α, the table of every SR configuration, the tokens saved, adaptive SR
+against fixed α, and the notes a reader needs), and the same page as reStructuredText for the
+report's front page (``markdown_to_rst``). Formatting only: every number comes from the inputs.
+"""
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis.headline import PAIR
+from analysis.tables import MISSING, format_ratio, render_markdown
+
+
+def render_headline_markdown(
+    headline: pd.DataFrame,
+    savings: pd.DataFrame | None = None,
+    normalization: str = "bon_min_range",
+    correlation_resamples: int | None = None,
+    title: str = "Speculative Rejection vs Best-of-N: headline",
+    adaptive: pd.DataFrame | None = None,
+    survival: pd.DataFrame | None = None,
+    fits: pd.DataFrame | None = None,
+) -> str:
+    """The headline page: per pair a statement of the best α, the table of every α, the token
+    savings, and the notes a reader needs (prompts used, zero-spread prompts, out-of-range
+    points, the equal-N assumption); then the intervals' confidence level and resamples.
+
+    With adaptive SR runs, a pair also gets an "Adaptive rejection" section from ``adaptive``
+    (``analysis.adaptive_study.against_fixed_alpha`` with a ``pair`` column), ``survival``
+    (``survival_at_equal_tokens`` with ``pair``) and ``fits`` (``fits_table`` with ``pair``)."""
+    intro = ("Per generator / reward pair: the best Speculative Rejection (SR) rejection rate α — the "
+             "largest speedup at equal score among the α whose score lies inside the measured "
+             "Best-of-N curve — then every α, then the tokens SR saves.")
+    lines = [f"# {title}", "", intro, ""]
+    score_name = "eq. 8" if normalization == "bon_min_range" else "improvement, Best-of-N-range normalisation"
+    for pair, rows in headline.groupby(PAIR, sort=False):
+        rows = rows.reset_index(drop=True)
+        lines += [f"## {pair}", "", _statement(rows, score_name), "", _alpha_table(rows).rstrip("\n"), ""]
+        if savings is not None and not savings.empty and pair in set(savings[PAIR]):
+            lines += [_token_line(savings[savings[PAIR] == pair].reset_index(drop=True)), ""]
+        lines += [f"- {note}" for note in _pair_notes(rows, score_name)] + [""]
+        if rows["delta"].notna().any():
+            lines += _adaptive_section(rows, *(_of_pair(frame, pair) for frame in (adaptive, survival, fits)))
+    lines += ["## Notes", ""] + [f"- {note}" for note in _global_notes(headline, savings, normalization,
+                                                                        correlation_resamples)]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------
+# render_headline_markdown
+# --------------------------------------------------------------------------------------
+
+
+def _statement(rows: pd.DataFrame, score_name: str) -> str:
+    bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
+    bests = rows[rows["best"]]
+    if bests.empty:
+        return "No SR α has a finite score on this pair: nothing to compare."
+    best = bests.iloc[0]
+    score = (f"**{best['method_label']}** scores {_with_ci(best, 'improvement', _score)} "
+             f"({score_name}; {bon_min} = {_score(best['bon_min_improvement'])}) at "
+             f"{_with_ci(best, 'relative_compute', format_ratio, '×')} {bon_min}'s compute")
+    if best["in_range"]:
+        speedup = best["compute_speedup"]
+        saving = (f"{_with_ci(best, 'compute_speedup', format_ratio, '×')} less compute at equal score"
+                  if speedup >= 1 else
+                  f"a speedup of only {_with_ci(best, 'compute_speedup', format_ratio, '×')} at equal score: "
+                  "Best-of-N reaches this score with less compute")
+        equivalent_n = "Bo" + _with_ci(best, "equivalent_n", _n)
+        statement = (f"{score}; Best-of-N needs ≈ {_with_ci(best, 'bon_equivalent_compute', format_ratio, '×')} "
+                     f"{bon_min}'s compute to match it (≈ {equivalent_n}): {saving}.")
+        if np.isfinite(best["bon_equivalent_in_range_frac"]):
+            statement += (f" It lands inside the Best-of-N curve in {_percent(best['bon_equivalent_in_range_frac'])} "
+                          "of the bootstrap resamples.")
+        higher = rows[~rows["in_range"] & (rows["improvement"] > best["improvement"])]
+        if not higher.empty:
+            statement += (f" {_join(higher['method_label'])} {'scores' if len(higher) == 1 else 'score'} higher but "
+                          "outside the measured Best-of-N range, so no speedup at equal score is measured for "
+                          f"{'it' if len(higher) == 1 else 'them'} (see the table and notes).")
+        return statement
+    return (f"No SR α lands inside the measured Best-of-N curve ({bon_min} = {_score(best['bon_min_improvement'])} "
+            f"to {bon_max} = {_score(best['bon_max_improvement'])}). The highest-scoring: {score}, "
+            f"{_where(best, bon_min, bon_max)}, so no measured Best-of-N matches it. {_extrapolation(best)}")
+
+
+def _of_pair(frame: pd.DataFrame | None, pair: str) -> pd.DataFrame:
+    if frame is None or frame.empty or PAIR not in frame.columns:
+        return pd.DataFrame()
+    return frame[frame[PAIR] == pair].reset_index(drop=True)
+
+
+def _adaptive_section(rows: pd.DataFrame, against: pd.DataFrame, survival: pd.DataFrame,
+                      fits: pd.DataFrame) -> list[str]:
+    """Adaptive SR (paper §6) against fixed α: at equal compute on Figure 3, and the best
+    response's survival at equal tokens on the correlation study's responses."""
+    lines = ["### Adaptive rejection (paper §6)", "",
+             "SR with the adaptive rule (`--rejection adaptive`): at each decision a row is halted when even an "
+             "optimistic projection of its final reward falls below a pessimistic projection of the best row's; "
+             "δ bounds, per round and under the fitted linear model, the chance of halting the row that would "
+             "have ended best. Its rows in the table above are located on the same Best-of-N curve with the same "
+             "resamples.", ""]
+    best = rows[rows["best"]]
+    for _, row in rows[rows["delta"].notna()].iterrows():
+        text = (f"**{row['method_label']}**: {_with_ci(row, 'improvement', _score)} at "
+                f"{_with_ci(row, 'relative_compute', format_ratio, '×')} compute; speedup at equal score "
+                + (_with_ci(row, "compute_speedup", format_ratio, "×") if row["in_range"] else
+                   f"not measured ({_where(row, 'Bo-N_min', 'the largest Best-of-N')})"))
+        if not best.empty:
+            text += (f" (best fixed α, {best['method_label'].iloc[0]}: {_with_ci(best.iloc[0], 'improvement', _score)} "
+                     f"at {_with_ci(best.iloc[0], 'relative_compute', format_ratio, '×')}, "
+                     f"{_with_ci(best.iloc[0], 'compute_speedup', format_ratio, '×')})")
+        mine = against[against["method_label"] == row["method_label"]] if not against.empty else against
+        if not mine.empty:
+            text += ". " + _against_sentence(mine.iloc[0])
+        lines += [f"- {text}."]
+    lines.append("")
+    if not survival.empty:
+        lines += ["Does the best response survive the first cuts? On the correlation study's responses, the "
+                  "adaptive rule at each δ against the fixed α that keeps as many rows on average (the same tokens "
+                  "after the decision):", "", _survival_table(survival).rstrip("\n"), ""]
+    if not fits.empty:
+        fit_text = "; ".join(f"τ={int(f['tau'])}: slope {f['slope']:.2f}, σ {f['sigma']:.3f}, 2σ/slope "
+                             f"{f['margin_per_z']:.3f}" for _, f in fits.iterrows())
+        lines += [f"- Fit (final on partial reward, within prompts; {int(fits['prompts'].max())} held-out prompts, "
+                  f"not the study's): {fit_text}.", ""]
+    return lines
+
+
+def _against_sentence(row: pd.Series) -> str:
+    if row["status"] == "inside":
+        interval = (f" [{_signed(row['gap_lo'])}, {_signed(row['gap_hi'])}], inside the fixed-α range in "
+                    f"{_percent(row['in_range_frac'])} of the resamples" if np.isfinite(row["gap_lo"]) else "")
+        side = "above" if row["gap"] > 0 else "below"
+        return (f"At its compute the fixed-α curve scores {_score(row['fixed_alpha_improvement'])}: adaptive is "
+                f"{side} it by {_signed(row['gap'])}{interval}")
+    where = "cheaper than" if row["status"] == "below_range" else "dearer than"
+    text = f"It is {where} every fixed α, so no fixed-α score at equal compute is measured"
+    if row["dominated_by"]:
+        text += f"; dominated by {row['dominated_by']} (at most its compute, higher score)"
+    if row["dominates"]:
+        text += f"; it dominates {row['dominates']} (at least its compute, lower score)"
+    return text
+
+
+def _survival_table(survival: pd.DataFrame) -> str:
+    cells = []
+    for _, row in survival.iterrows():
+        cells.append({
+            "τ": _n(row["tau"]), "δ": f"{row['delta']:g}",
+            "rows kept (adaptive)": f"{_percent(row['adaptive_kept_frac'])} ({_percent(row['adaptive_kept_frac_min'])}"
+                                    f"–{_percent(row['adaptive_kept_frac_max'])})",
+            "equal α": f"{row['equal_alpha']:.2f}",
+            "best kept: adaptive": _with_ci(row, "adaptive_best_survives", _percent),
+            "best kept: fixed α": _with_ci(row, "fixed_best_survives", _percent),
+            "difference (points)": _with_ci(row, "survives_difference", lambda v: _signed(100 * v)),
+        })
+    return render_markdown(pd.DataFrame(cells).set_index("τ"))
+
+
+def _signed(value: float) -> str:
+    return MISSING if not np.isfinite(value) else f"{value:+.1f}"
+
+
+def _join(labels: pd.Series) -> str:
+    labels = [f"**{label}**" for label in labels]
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
+def _where(row: pd.Series, bon_min: str, bon_max: str) -> str:
+    status = row["bon_equivalent_status"]
+    if status == "above_range":
+        return f"above the largest Best-of-N ({bon_max} = {_score(row['bon_max_improvement'])})"
+    if status == "below_range":
+        return f"below {bon_min} ({_score(row['bon_min_improvement'])}), the cheapest Best-of-N"
+    if status == "interpolated":
+        return "inside the Best-of-N range"
+    return {"no_curve": "not located: the Best-of-N curve has no usable point",
+            "no_score": "not located: its score is undefined"}.get(status, f"not located ({status})")
+
+
+def _extrapolation(row: pd.Series) -> str:
+    compute = row["bon_equivalent_compute_extrapolated"]
+    if not np.isfinite(compute):
+        return "The Best-of-N curve does not rise at that end, so no extrapolation is given."
+    return (f"Extending the end segment of the Best-of-N curve (extrapolated, not measured): "
+            f"≈ {format_ratio(compute)}× Bo{int(row['bon_min_n'])}'s compute "
+            f"(≈ Bo{_n(row['equivalent_n_extrapolated'])}), "
+            f"a speedup of ≈ {format_ratio(row['compute_speedup_extrapolated'])}× (extrapolated).")
+
+
+def _alpha_table(rows: pd.DataFrame) -> str:
+    bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
+    cells = {}
+    for _, row in rows.iterrows():
+        label = f"**{row['method_label']}** (best)" if row["best"] else row["method_label"]
+        inside = bool(row["in_range"])
+        extrapolated = "(extrapolated) "
+        cells[label] = {
+            "score": _with_ci(row, "improvement", _score),
+            f"compute (× {bon_min})": _with_ci(row, "relative_compute", format_ratio),
+            f"BoN-equivalent compute (× {bon_min})": (
+                _with_ci(row, "bon_equivalent_compute", format_ratio) if inside
+                else _maybe(extrapolated, row["bon_equivalent_compute_extrapolated"], format_ratio)),
+            "≈ Best-of-N": (
+                "Bo" + _with_ci(row, "equivalent_n", _n)
+                if inside else _maybe(extrapolated + "Bo", row["equivalent_n_extrapolated"], _n)),
+            "speedup at equal score": (
+                _with_ci(row, "compute_speedup", format_ratio) if inside
+                else _maybe(extrapolated, row["compute_speedup_extrapolated"], format_ratio)),
+            "in range (resamples)": _percent(row["bon_equivalent_in_range_frac"]),
+            "where": {"interpolated": "inside", "above_range": f"above {bon_max}",
+                      "below_range": f"below {bon_min}"}.get(row["bon_equivalent_status"],
+                                                             row["bon_equivalent_status"]),
+        }
+    table = pd.DataFrame.from_dict(cells, orient="index")
+    table.index.name = "SR"
+    return render_markdown(table)
+
+
+def _token_line(savings: pd.DataFrame) -> str:
+    first = savings.iloc[0]
+    token = first["first_decision_token"]
+    low, high = first["first_decision_token_min"], first["first_decision_token_max"]
+    if not np.isfinite(token):
+        decision = "SR's first decision token was not recorded"
+    else:
+        spread = f"; tokens {_n(low)}–{_n(high)} across prompts" if low != high else ""
+        origin = "" if first["decision_token_source"] == "rounds" else ", taken as min_tokens: rounds not recorded"
+        decision = (f"SR's first rejection comes at token {_n(token)} (b_init = {_n(first['init_batch_size'])}, "
+                    f"min_tokens = {_n(first['min_tokens'])}{spread}{origin})")
+    if not first["correlation_taus"]:
+        oracle = "no correlation study covers this pair, so there is no oracle bound"
+    elif not np.isfinite(first["oracle_tau"]):
+        oracle = "no oracle bound (no decision token to match)"
+    else:
+        bound = (f"an oracle that stops there every candidate that will not end best saves "
+                 f"{_with_ci(first, 'oracle_tokens_saved_frac', _percent)} of the generated tokens "
+                 f"(correlation study, {_n(first['oracle_n_prompts'])} prompts)")
+        if first["oracle_tau_exact"]:
+            oracle = bound
+        else:
+            oracle = (f"the correlation study did not score τ = {_n(token)} (its τ: {first['correlation_taus']}); "
+                      f"at the nearest, τ = {_n(first['oracle_tau'])}, "
+                      + bound.replace("stops there", "stops at that τ"))
+    actual = "; ".join(
+        f"{row['method_label']} {_with_ci(row, 'tokens_saved_frac', _percent)}" for _, row in savings.iterrows())
+    return (f"**Tokens.** {decision}; {oracle}. SR saved, of the tokens Best-of-{_n(first['init_batch_size'])} "
+            f"would generate running every candidate to completion on the same prompt (mean response length "
+            f"from Bo{_n(first['reference_bon_n'])}'s candidates; {int(first['n_prompts'])} prompts): {actual}.")
+
+
+def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
+    first = rows.iloc[0]
+    bon_min, bon_max = f"Bo{int(first['bon_min_n'])}", f"Bo{int(first['bon_max_n'])}"
+    notes = []
+    if "n_prompts" in rows.columns:
+        used = (f"; {score_name} defined on {int(first['n_prompts_improvement'])}"
+                if "n_prompts_improvement" in rows.columns else "")
+        notes.append(f"Prompts: {int(first['n_prompts'])} answered by every configuration{used}.")
+    zero = first.get("zero_spread_prompts", "")
+    if zero:
+        notes.append(f"Zero-spread prompts ({bon_min}'s rewards all equal, so no {score_name} score; left out "
+                     f"of the scores): {zero.replace(',', ', ')}.")
+    for _, row in rows[~rows["in_range"]].iterrows():
+        where = _where(row, bon_min, bon_max)
+        extrapolated = (f"its Best-of-N equivalent is extrapolated (marked \"(extrapolated)\"): "
+                        f"≈ {format_ratio(row['bon_equivalent_compute_extrapolated'])}× {bon_min}'s compute"
+                        if np.isfinite(row["bon_equivalent_compute_extrapolated"])
+                        else "no Best-of-N equivalent, measured or extrapolated")
+        notes.append(f"Out of range: {row['method_label']} scores {where}; {extrapolated}.")
+    for _, row in rows[rows["in_range"] & (rows["bon_equivalent_in_range_frac"] < 1)].iterrows():
+        notes.append(f"{row['method_label']} falls outside the Best-of-N curve in "
+                     f"{_percent(1 - row['bon_equivalent_in_range_frac'])} of the resamples; there its BoN-equivalent "
+                     f"is censored at the curve's end ({bon_max}'s compute above it, {bon_min}'s below), so a limit "
+                     "marked ≥ (≤) is a bound, not an estimate.")
+    notes.append(f"≈ Bo-N is BoN-equivalent compute × {int(first['bon_min_n'])} (N of {bon_min}), which assumes "
+                 f"Best-of-N's compute grows in proportion to N. Measured compute (× {bon_min}): "
+                 f"{first['bon_ladder']}.")
+    best = rows[rows["best"] & rows["in_range"]]
+    if not best.empty:
+        by_score, by_compute = best["equivalent_n_by_score"].iloc[0], best["equivalent_n"].iloc[0]
+        if np.isfinite(by_score) and abs(by_score / by_compute - 1) > 0.1:
+            notes.append(f"Read on the N axis instead (no compute assumption), {best['method_label'].iloc[0]} "
+                         f"matches ≈ Bo{_n(by_score)}, not Bo{_n(by_compute)}: Best-of-N's compute is not "
+                         "proportional to N here, and the compute figures are the measured ones.")
+    return notes
+
+
+def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normalization: str,
+                  correlation_resamples: int | None) -> list[str]:
+    notes = []
+    if {"confidence_level", "bootstrap_resamples"} <= set(headline.columns) and not headline.empty:
+        level, resamples = headline["confidence_level"].iloc[0], int(headline["bootstrap_resamples"].iloc[0])
+        notes.append(f"Brackets: {level:.0%} percentile intervals from a prompt-level paired bootstrap "
+                     f"({resamples} resamples of the prompts, the same for every configuration of a pair; the "
+                     "tokens SR saved use their own resamples, shared by the α of a pair). Intervals of the "
+                     "BoN-equivalent compute, ≈ Bo-N and the speedup at equal score are over every resample; "
+                     "where SR lands beyond that resample's Best-of-N curve its BoN-equivalent is censored at the "
+                     "curve's end, which keeps a lower limit conservative (the \"in range\" column gives the "
+                     "share of resamples inside).")
+    if normalization == "bon_min_range":
+        notes.append("Score: the paper's eq. 8 improvement, per prompt "
+                     "100 · (1 − (max Z − s) / (max Z − min Z)) with Z the rewards of Bo-N_min's candidates "
+                     "(so Bo-N_min scores 100), averaged over prompts.")
+    else:
+        notes.append(f"Score: improvement under the {normalization!r} normalisation (not the paper's eq. 8).")
+    notes.append("Compute: summed shards × wall-clock seconds over the prompts, relative to Bo-N_min (eq. 7). "
+                 "BoN-equivalent compute: the Best-of-N compute reaching SR's score, interpolated linearly in "
+                 "log compute between the measured Best-of-N points; outside them it is extrapolated from the end "
+                 "segment and marked so, never reported as a measurement.")
+    if savings is not None and not savings.empty:
+        oracle = ("The oracle bound's interval is the correlation study's own percentile bootstrap"
+                  + (f" ({correlation_resamples} resamples)" if correlation_resamples else "") +
+                  "; it is measured on the correlation study's candidates, SR's savings on its b_init candidates: "
+                  "both are shares of the tokens of generating every candidate to completion.")
+        notes.append(oracle)
+    return notes
+
+
+# --------------------------------------------------------------------------------------
+# formatting
+# --------------------------------------------------------------------------------------
+
+
+def _score(value: float) -> str:
+    if not np.isfinite(value):
+        return MISSING
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
+
+
+def _percent(value: float) -> str:
+    return MISSING if not np.isfinite(value) else f"{100 * value:.0f}%"
+
+
+def _n(value: float) -> str:
+    return MISSING if not np.isfinite(value) else f"{round(value)}"
+
+
+def _maybe(prefix: str, value: float, formatter) -> str:
+    return MISSING if not np.isfinite(value) else prefix + formatter(value)
+
+
+def _with_ci(row: pd.Series, column: str, formatter, unit: str = "") -> str:
+    """"value<unit> [lo, hi]" from ``column``, ``column_lo``, ``column_hi`` (no brackets without
+    an interval), e.g. "1.9× [1.7, 2.1]". A limit that is only a bound, because resamples beyond
+    the Best-of-N curve were censored at its ends, reads "≥ hi" or "≤ lo"."""
+    value, low, high = row[column], row.get(column + "_lo", math.nan), row.get(column + "_hi", math.nan)
+    if not np.isfinite(value):
+        return MISSING
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return formatter(value) + unit
+    censored = column in ("compute_speedup", "bon_equivalent_compute", "equivalent_n")
+    at_most = "≤ " if censored and row.get("compute_speedup_lo_is_bound", False) else ""
+    at_least = "≥ " if censored and row.get("compute_speedup_hi_is_bound", False) else ""
+    return f"{formatter(value)}{unit} [{at_most}{formatter(low)}, {at_least}{formatter(high)}]"
+
+
+def markdown_to_rst(markdown: str) -> str:
+    """The headline page as reStructuredText, for the front page of ``snakemake --report``
+    (whose description is RST): headings get underlines, a pipe table becomes a literal block
+    (RST has no pipe tables); paragraphs, bullets and **bold** read the same in both."""
+    lines, out, in_table = markdown.splitlines(), [], False
+    for line in lines:
+        is_table = line.startswith("|")
+        if is_table and not in_table:
+            out += ["::", ""]
+        in_table = is_table
+        if is_table:
+            out.append("    " + line)
+        elif line.startswith("#"):
+            title = line.lstrip("#").strip()
+            out += [title, ("=" if line.startswith("# ") else "-") * len(title)]
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
