@@ -2,7 +2,8 @@
 #   snakemake --cores 2                                   # config/config.yaml: the CPU default
 #   snakemake --configfile config/paper.yaml --profile profiles/slurm   # the paper's setting
 #   snakemake --report results/report.html                # every figure and table, with captions
-# The rules only wire files together: the engine is `specrej`, the analysis is `analysis/`.
+# The rules only wire files together: the engine is `specrej`, the analysis is `analysis/`, the
+# plan's plain Python (config checks, prompt chunks, engine options) is workflow/plan.py.
 
 from pathlib import Path
 
@@ -55,5 +56,4 @@ rule all:
 
 
 onsuccess:
-    report_failed_prompts()
-    report_out_of_range()
+    report_after_run()

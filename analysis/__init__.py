@@ -2,13 +2,19 @@
 
 Modules (each documents the columns it consumes and produces):
 
-- ``io``          — read trajectory JSONL and prefix parquet into plain Python / pandas.
-- ``correlation`` — how well partial rewards predict final rewards (paper §4, Figures 2 and 4).
-- ``metrics``     — improvement score, relative compute, speedup, BoN-equivalent compute,
-                    perplexity (paper §5, Figure 3 and Table 2).
-- ``figures``     — Figures 2–4 as matplotlib Figures, plus ``save_figure``.
-- ``tables``      — Tables 1–2 as DataFrames, written as CSV, Markdown and LaTeX.
-- ``winrate``     — win-rates vs Bo-N_min through alpaca_eval (API, local or offline judge) for Table 1.
+- ``io``                  — read trajectory JSONL and prefix parquet into plain Python / pandas.
+- ``correlation``         — how well partial rewards predict final rewards (paper §4, Figures 2 and 4).
+- ``metrics``             — improvement score, relative compute, speedup, BoN-equivalent compute,
+                            perplexity (paper §5, Figure 3 and Table 2).
+- ``adaptive_study``      — adaptive rejection against fixed α (paper §6).
+- ``figures``             — Figures 2–4 as matplotlib Figures, plus ``save_figure``.
+- ``tables``              — Tables 1–2 as DataFrames, written as CSV, Markdown and LaTeX.
+- ``headline``            — the study's headline, ``results/summary.md``.
+- ``winrate``             — win-rates vs Bo-N_min for Table 1 (``table1_from_files``).
+- ``judge_registry``      — the judges by name (``gpt4_turbo``, ``local:<model>``, ``longest``,
+                            ``auto``) and how ``auto`` resolves; standard library only.
+- ``alpaca_eval_adapter`` — alpaca_eval run offline with a judge (annotator configs in ``judges/``);
+                            the only module that imports alpaca_eval.
 
 Nothing here imports torch (only the torch-free ``specrej.selection``): the analysis runs on
 any machine that has the JSONL / parquet files.

@@ -16,11 +16,8 @@ rule calibration_fit:
         f"{RESULTS}/logs/calibration_fit/{{pair}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/calibration_fit/{{pair}}.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/calibration_fit.py"
 
@@ -42,10 +39,7 @@ rule adaptive_survival:
         f"{RESULTS}/logs/adaptive_survival/{{pair}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/adaptive_survival/{{pair}}.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/adaptive_survival.py"

@@ -12,16 +12,14 @@ rule score_prefixes:
     output:
         f"{RESULTS}/{{study}}/{{pair}}/prefixes/{{chunk}}.parquet",
     params:
-        args=lambda wildcards: prefix_args(wildcards.pair),
+        args=prefix_args,
     log:
         f"{RESULTS}/logs/score_prefixes/{{study}}/{{pair}}/{{chunk}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/score_prefixes/{{study}}/{{pair}}/{{chunk}}.tsv"
     threads: config["resources"]["score_prefixes"]["threads"]
     resources:
-        gpu=lambda wildcards: needs_gpu(wildcards.pair, "score_prefixes"),
-        mem_mb=res("score_prefixes", "mem_mb"),
-        runtime=res("score_prefixes", "runtime"),
+        **step_resources("score_prefixes"),
     script:
         "../scripts/score_prefixes.py"
 
@@ -40,11 +38,8 @@ rule correlation_statistics:
         f"{RESULTS}/logs/correlation_statistics/{{pair}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/correlation_statistics/{{pair}}.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/correlation_statistics.py"
 
@@ -68,10 +63,7 @@ rule correlation_summary:
         f"{RESULTS}/logs/correlation_summary.log",
     benchmark:
         f"{RESULTS}/benchmarks/correlation_summary.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/correlation_summary.py"

@@ -1,6 +1,7 @@
 # Best-of-N and Speculative Rejection, one job per (pair, chunk of prompts) and per shard,
 # alpha or adaptive delta, then one merged run file per method: results/runs/<pair>/bon/n<N>.jsonl,
-# results/runs/<pair>/sr/alpha<A>.jsonl and results/runs/<pair>/sr/delta<D>.jsonl.
+# results/runs/<pair>/sr/alpha<A>.jsonl and results/runs/<pair>/sr/delta<D>.jsonl. Every generation
+# job runs scripts/generate.py: `specrej generate` with its params.args (plan.generate_args).
 
 
 rule bon_shard:
@@ -17,11 +18,9 @@ rule bon_shard:
         f"{RESULTS}/benchmarks/bon_shard/{{pair}}/shard{{k}}/{{chunk}}.tsv"
     threads: config["resources"]["generate"]["threads"]
     resources:
-        gpu=lambda wildcards: needs_gpu(wildcards.pair, "generate"),
-        mem_mb=res("generate", "mem_mb"),
-        runtime=res("generate", "runtime"),
-    shell:
-        GENERATE_SHELL
+        **step_resources("generate"),
+    script:
+        "../scripts/generate.py"
 
 
 rule bon_direct:
@@ -38,11 +37,9 @@ rule bon_direct:
         f"{RESULTS}/benchmarks/bon_direct/{{pair}}/n{{n}}/{{chunk}}.tsv"
     threads: config["resources"]["generate"]["threads"]
     resources:
-        gpu=lambda wildcards: needs_gpu(wildcards.pair, "generate"),
-        mem_mb=res("generate", "mem_mb"),
-        runtime=res("generate", "runtime"),
-    shell:
-        GENERATE_SHELL
+        **step_resources("generate"),
+    script:
+        "../scripts/generate.py"
 
 
 rule merge_bon:
@@ -57,11 +54,8 @@ rule merge_bon:
         f"{RESULTS}/logs/merge_bon/{{pair}}/n{{n}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/merge_bon/{{pair}}/n{{n}}.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/merge_runs.py"
 
@@ -81,11 +75,9 @@ rule sr:
         f"{RESULTS}/benchmarks/sr/{{pair}}/alpha{{alpha}}/{{chunk}}.tsv"
     threads: config["resources"]["generate"]["threads"]
     resources:
-        gpu=lambda wildcards: needs_gpu(wildcards.pair, "generate"),
-        mem_mb=res("generate", "mem_mb"),
-        runtime=res("generate", "runtime"),
-    shell:
-        GENERATE_SHELL
+        **step_resources("generate"),
+    script:
+        "../scripts/generate.py"
 
 
 rule sr_adaptive:
@@ -107,11 +99,9 @@ rule sr_adaptive:
         f"{RESULTS}/benchmarks/sr_adaptive/{{pair}}/delta{{delta}}/{{chunk}}.tsv"
     threads: config["resources"]["generate"]["threads"]
     resources:
-        gpu=lambda wildcards: needs_gpu(wildcards.pair, "generate"),
-        mem_mb=res("generate", "mem_mb"),
-        runtime=res("generate", "runtime"),
-    shell:
-        GENERATE_SHELL
+        **step_resources("generate"),
+    script:
+        "../scripts/generate.py"
 
 
 rule merge_sr:
@@ -127,10 +117,7 @@ rule merge_sr:
         f"{RESULTS}/logs/merge_sr/{{pair}}/{{setting}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/merge_sr/{{pair}}/{{setting}}.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/merge_runs.py"

@@ -24,11 +24,8 @@ rule runs_table:
         f"{RESULTS}/logs/runs_table.log",
     benchmark:
         f"{RESULTS}/benchmarks/runs_table.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/runs_table.py"
 
@@ -54,11 +51,8 @@ rule method_summary:
         f"{RESULTS}/logs/method_summary.log",
     benchmark:
         f"{RESULTS}/benchmarks/method_summary.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/method_summary.py"
 

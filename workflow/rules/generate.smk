@@ -3,23 +3,22 @@
 
 rule prepare_prompts:
     input:
-        [local_source(config["prompts"]["source"])] if local_source(config["prompts"]["source"]) else [],
+        [PROMPT_FILE] if PROMPT_FILE else [],  # a local file; none for a Hugging Face dataset
     output:
         f"{RESULTS}/prompts/prompts.jsonl",
     params:
-        source=local_source(config["prompts"]["source"]) or config["prompts"]["source"],
-        select=prepared_select(config),  # the study's prompts, then adaptive SR's held-out ones
+        # a value (lint: "hardcoded prefix of input"), so a changed source reruns the job, as
+        # params derived from the input would not (tests/workflow/test_lint.py)
+        source=PROMPT_FILE or config["prompts"]["source"],
+        select=plan.prepared_select(config),  # the study's prompts, then adaptive SR's held-out ones
         split=config["prompts"]["split"],
         revision=config["prompts"]["revision"],
     log:
         f"{RESULTS}/logs/prepare_prompts.log",
     benchmark:
         f"{RESULTS}/benchmarks/prepare_prompts.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/prepare_prompts.py"
 
@@ -37,10 +36,7 @@ rule prompt_chunk:
         f"{RESULTS}/logs/prompt_chunk/{{chunk}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/prompt_chunk/{{chunk}}.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/prompt_chunk.py"

@@ -17,11 +17,8 @@ rule table1:
         f"{RESULTS}/logs/table1.log",
     benchmark:
         f"{RESULTS}/benchmarks/table1.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/table1.py"
 
@@ -42,11 +39,8 @@ rule table2:
         f"{RESULTS}/logs/table2.log",
     benchmark:
         f"{RESULTS}/benchmarks/table2.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/table2.py"
 
@@ -67,11 +61,8 @@ rule figure2:
         f"{RESULTS}/logs/figure2.log",
     benchmark:
         f"{RESULTS}/benchmarks/figure2.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/figure2.py"
 
@@ -87,11 +78,8 @@ rule figure3:
         f"{RESULTS}/logs/figure3.log",
     benchmark:
         f"{RESULTS}/benchmarks/figure3.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/figure3.py"
 
@@ -109,11 +97,8 @@ rule figure4:
         f"{RESULTS}/logs/figure4.log",
     benchmark:
         f"{RESULTS}/benchmarks/figure4.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/figure4.py"
 
@@ -153,10 +138,7 @@ rule headline:
         f"{RESULTS}/logs/headline.log",
     benchmark:
         f"{RESULTS}/benchmarks/headline.tsv"
-    threads: 1
     resources:
-        gpu=0,
-        mem_mb=res("analysis", "mem_mb"),
-        runtime=res("analysis", "runtime"),
+        **ANALYSIS_RESOURCES,
     script:
         "../scripts/headline.py"

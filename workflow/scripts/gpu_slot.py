@@ -1,10 +1,10 @@
-"""Run a command on one free local GPU: `python gpu_slot.py --gpus N -- CMD ...` (N = 0: as it is).
+"""Hold one free local GPU while a GPU job runs: `with gpu_slot(): ...` (engine_call.py, win_rates.py).
 
 Snakemake's `--resources gpu=N` (profiles/workstation) caps how many GPU jobs run at once but
 does not say which GPU each one gets; this holds an exclusive lock on one of the machine's GPUs
-(lock files in $SPECREJ_GPU_LOCKS, default .snakemake/gpu-locks) for as long as the command
-runs and sets CUDA_VISIBLE_DEVICES to it. Where a scheduler already chose the GPUs (SLURM sets
-CUDA_VISIBLE_DEVICES), or the machine has none, the command runs as it is.
+(lock files in $SPECREJ_GPU_LOCKS, default .snakemake/gpu-locks) for as long as the job runs and
+sets CUDA_VISIBLE_DEVICES to it, before the job's code initialises CUDA. Where a scheduler
+already chose the GPUs (SLURM sets CUDA_VISIBLE_DEVICES), or the machine has none, nothing changes.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,12 +51,3 @@ def gpu_slot(poll_s: float = 2.0):
             return
         time.sleep(poll_s)  # more GPU jobs than GPUs: Snakemake's gpu resource should prevent this
 
-
-if __name__ == "__main__":
-    split = sys.argv.index("--")
-    options, command = sys.argv[1:split], sys.argv[split + 1:]
-    gpus = int(options[options.index("--gpus") + 1]) if "--gpus" in options else 1
-    if not gpus:
-        os.execvp(command[0], command)  # a CPU job: no lock, no extra process
-    with gpu_slot():
-        sys.exit(subprocess.call(command))

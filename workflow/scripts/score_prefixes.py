@@ -1,4 +1,5 @@
-"""`specrej score-prefixes` on one chunk of Best-of-N responses, through its command line.
+"""`specrej score-prefixes` on one chunk of Best-of-N responses (params.args: workflow/plan.py
+prefix_args).
 
 Several shard files are pooled per prompt first (`merge_shards(..., all_candidates=True)`:
 candidate ids renumbered shard * shard_size + id). A chunk whose every prompt failed has nothing
@@ -6,26 +7,22 @@ to score: it gets an empty prefix table (the failure is in results/failed_prompt
 failed prompt does not stop the study.
 """
 
-import contextlib
 import json
 import os
 import sys
 import tempfile
 
-for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # before torch loads
-    os.environ[variable] = str(snakemake.threads)  # noqa: F821 (snakemake is injected)
+sys.path.insert(0, snakemake.scriptdir)  # noqa: F821 (snakemake is injected)
+from engine_call import call_specrej, engine_threads, log_to  # noqa: E402
+
+engine_threads(snakemake.threads)  # noqa: F821 (before pandas and torch load)
+log_to(snakemake.log[0])  # noqa: F821
 
 import pandas as pd  # noqa: E402
 
 from analysis.correlation import PREFIX_COLUMNS  # noqa: E402
-from specrej.cli import main  # noqa: E402
 from specrej.io import merge_shards, read_records, records_by_prompt  # noqa: E402
 
-sys.path.insert(0, snakemake.scriptdir)  # noqa: F821
-from gpu_slot import gpu_slot  # noqa: E402
-
-log = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
-sys.stderr = log
 out, params = snakemake.output[0], snakemake.params  # noqa: F821
 trajectories = snakemake.input[0]  # noqa: F821
 records = read_records(trajectories)
@@ -36,12 +33,12 @@ if len(snakemake.input) > 1:  # noqa: F821
         pooled.writelines(json.dumps(record) + "\n" for record in records)
 
 if not any("error" not in record for record in records):
-    print(f"{trajectories}: every prompt failed; writing an empty prefix table", file=log)
+    print(f"{trajectories}: every prompt failed; writing an empty prefix table", file=sys.stderr)
     pd.DataFrame(columns=list(PREFIX_COLUMNS)).to_parquet(out, index=False)
     sys.exit(0)
 
-with gpu_slot() if snakemake.resources.gpu else contextlib.nullcontext(), contextlib.redirect_stdout(log):  # noqa: F821
-    code = main(["score-prefixes", "--trajectories", trajectories, "--out", out, *params.args])
+code = call_specrej(["score-prefixes", "--trajectories", trajectories, "--out", out, *params.args],
+                    gpus=snakemake.resources.gpu)  # noqa: F821
 if len(snakemake.input) > 1:  # noqa: F821
     os.unlink(trajectories)
 sys.exit(code)

@@ -1,0 +1,330 @@
+"""workflow/plan.py without Snakemake: config checks, prompt chunks, the engine's options per job,
+resources and the messages after a run, on a small hand-written config (expected values worked
+out by hand from config/README.md and the rules, not recomputed with the code under test)."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+sys.path.insert(0, str(ROOT / "workflow"))
+import plan  # noqa: E402
+
+pytest.importorskip("jsonschema")
+
+PROMPTS = [{"prompt_id": "a", "prompt": "x"}, {"prompt_id": "b", "prompt": "y"},
+           {"prompt_id": "c", "prompt": "z"}, {"prompt_id": "d", "prompt": "w"}]
+
+
+@pytest.fixture
+def raw_config(tmp_path):
+    """Two pairs (a reward model with remote code, and logprob), Bo-N in shards of 4, adaptive SR
+    fit on held-out rows 2 and 3."""
+    source = tmp_path / "prompts.json"
+    source.write_text(json.dumps(PROMPTS))
+    return {
+        "prompts": {"source": str(source), "select": [0, 1], "chunk_size": 1},
+        "generators": {"g": {"model": "gen-model", "label": "G"}},
+        "rewards": {"logprob": {"model": "logprob"},
+                    "rm": {"model": "rm-model", "label": "RM", "trust_remote_code": True}},
+        "pairs": [{"generator": "g", "reward": "rm"}, {"generator": "g", "reward": "logprob"}],
+        "bon": {"n": [8, 4, 2], "shard_size": 4},
+        "sr": {"alphas": [0.5, 0.25], "adaptive": {"deltas": [0.2], "calibration_prompts": [2, 3]}},
+    }
+
+
+@pytest.fixture
+def config(raw_config):
+    plan.validate_config(raw_config, SCHEMA)
+    return raw_config
+
+
+# ------------------------------------------------------------------------------------------
+# config validation
+# ------------------------------------------------------------------------------------------
+
+
+def test_validation_fills_the_schemas_defaults(config):
+    assert config["sampling"] == {"max_new_tokens": 256, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "seed": 0}
+    assert config["sr"]["min_tokens"] == 8 and config["sr"]["max_init_batch"] == 1000
+    assert config["sr"]["adaptive"]["fallback_alpha"] == 0.5
+    assert config["rewards"]["logprob"] == {"model": "logprob", "dtype": None, "trust_remote_code": False,
+                                            "batch_size": 16}
+    assert config["correlation"]["n"] == 32 and config["evaluation"]["judge"] is None
+    assert config["resources"]["analysis"] == {"gpu": 0, "threads": 1, "mem_mb": 4000, "runtime": 60}
+    assert (config["device"], config["dtype"], config["memory_budget"]) == ("auto", "auto", None)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c["bon"].update(n=[8, "x"]), "invalid config: bon.n[1]: 'x' is not of type 'integer'"),
+    (lambda c: c.update(dtype="float16"), "invalid config: dtype: 'float16' is not one of 'auto', 'float32', "
+                                          "'bfloat16'"),
+    (lambda c: c["bon"].update(memory_budget="lots"),
+     "invalid config: bon.memory_budget: 'lots' is not valid: expected a memory size such as 64MiB or 2GiB, "
+     "or null for the engine's default"),
+    (lambda c: c["sr"].update(alfas=[0.5]),
+     "invalid config: sr: Additional properties are not allowed ('alfas' was unexpected) (allowed keys: "
+     "adaptive, alphas, batch_size, decision_tokens, max_init_batch, memory_budget, min_tokens)"),
+    (lambda c: c.pop("pairs"), "invalid config: (top level): 'pairs' is a required property"),
+])
+def test_schema_problems_are_one_line_naming_the_key(raw_config, change, message):
+    change(raw_config)
+    with pytest.raises(plan.ConfigError) as error:
+        plan.validate_config(raw_config, SCHEMA)
+    assert str(error.value).startswith(message), str(error.value)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c["pairs"].append({"generator": "h", "reward": "rm"}),
+     "pairs[2].generator: 'h' is not defined under generators (defined: g)"),
+    (lambda c: c["pairs"].append({"generator": "g", "reward": "rm"}), "pairs: a generator/reward pair is listed twice"),
+    (lambda c: c["bon"].update(n=[4, 6, 12]), "bon.n: 6 above bon.shard_size=4 must be multiples of it"),
+    (lambda c: c.update(correlation={"n": 10}), "correlation.n: 10 must be a multiple of bon.shard_size=4"),
+    (lambda c: c.update(figures={"figure2": {"pair": "g--x"}}), "figures.figure2.pair: 'g--x' is not a pair "
+                                                                "(pairs: g--rm, g--logprob)"),
+    (lambda c: c.update(tables={"table1_reward": "nope"}), "tables.table1_reward: 'nope' is not defined under rewards"),
+    (lambda c: c["sr"]["adaptive"].update(calibration_prompts=[1, 2]),
+     "sr.adaptive.calibration_prompts: 1 are also in prompts.select: the fit must come from held-out prompts"),
+    (lambda c: c["prompts"].update(source="missing.json"), "prompts.source: file not found: missing.json"),
+    (lambda c: c["prompts"].update(source="org/dataset", select=None),
+     "prompts.source 'org/dataset' is a Hugging Face dataset: give prompts.select"),
+])
+def test_cross_checks_name_the_key(raw_config, tmp_path, change, message):
+    change(raw_config)
+    with pytest.raises(plan.ConfigError) as error:
+        plan.validate_config(raw_config, SCHEMA, basedir=tmp_path)
+    assert str(error.value).startswith("invalid config: ") and message in str(error.value), str(error.value)
+
+
+def test_key_path():
+    assert plan.key_path(["pairs", 0, "generator"]) == "pairs[0].generator"
+    assert plan.key_path(["bon", "n", 1]) == "bon.n[1]"
+    assert plan.key_path([]) == ""
+
+
+def test_local_source_is_found_in_the_working_directory_or_the_workflows(tmp_path, monkeypatch):
+    (tmp_path / "in_workflow.jsonl").write_text("")
+    monkeypatch.chdir(tmp_path.parent)
+    assert plan.local_source("in_workflow.jsonl", basedir=tmp_path) == str(tmp_path / "in_workflow.jsonl")
+    assert plan.local_source("not_yet_there.json", basedir=tmp_path) == "not_yet_there.json"  # a file by its suffix
+    assert plan.local_source("tatsu-lab/alpaca_farm:alpaca_farm_evaluation", basedir=tmp_path) is None
+
+
+# ------------------------------------------------------------------------------------------
+# prompts and chunks
+# ------------------------------------------------------------------------------------------
+
+
+def test_plan_of_the_config(config):
+    p = plan.Plan(config)
+    assert list(p.pairs) == ["g--rm", "g--logprob"]
+    assert p.chunks == {"a": [("a", "x")], "b": [("b", "y")]}  # one prompt per chunk: named by its id
+    assert p.calibration_chunks == {"calibration0000": [("c", "z")], "calibration0001": [("d", "w")]}
+    assert list(p.all_chunks) == ["a", "b", "calibration0000", "calibration0001"]
+    assert p.adaptive_deltas == [0.2] and p.correlation_pairs == ["g--rm", "g--logprob"]
+    assert p.table1_pairs == ["g--rm"]  # table1_reward null: the first pair's reward
+    assert p.table2_pairs == ["g--logprob"]  # table2_reward's default, logprob
+    assert p.figure2_pair == p.figure4_pair == "g--rm"
+    assert plan.prepared_select(config) == [0, 1, 2, 3]
+
+
+def test_select_out_of_range_is_a_config_error(config):
+    config["prompts"]["select"] = [0, 7]
+    with pytest.raises(plan.ConfigError, match=r"prompts.select: indices \[7\] are out of range .* has 4 prompts"):
+        plan.plan_prompts(config)
+
+
+def test_dataset_prompts_are_planned_by_row_index(config):
+    config["prompts"].update(source="org/dataset", select=[5, 3])
+    assert plan.plan_prompts(config) == [(5, None), (3, None)]
+
+
+def test_plan_chunks():
+    prompts = [("a", "x"), ("b", "y"), ("c", "z")]
+    assert plan.plan_chunks(prompts, 2) == {"chunk0000": [("a", "x"), ("b", "y")], "chunk0001": [("c", "z")]}
+    assert plan.plan_chunks(prompts, 1) == {"a": [("a", "x")], "b": [("b", "y")], "c": [("c", "z")]}
+    assert list(plan.plan_chunks(prompts, 1, "calibration")) == ["calibration0000", "calibration0001",
+                                                                 "calibration0002"]
+    assert list(plan.plan_chunks([("q/1", "x"), ("what's up?", "y")], 1)) == ["q_1", "what_s_up_"]
+    # ids that collide once made file-safe ("a/b" and "a?b" both give "a_b"): numbered instead
+    assert list(plan.plan_chunks([("a/b", "x"), ("a?b", "y")], 1)) == ["chunk0000", "chunk0001"]
+
+
+def test_chunk_params_digest_is_pinned():
+    # the digest is in every generation job's params: a change here reruns every job
+    params = plan.chunk_params([("a", "x"), (7, None)])
+    assert params["ids"] == ["a", 7]
+    assert params["digest"] == hashlib.sha256(b'[["a", "x"], ["7", null]]').hexdigest()[:16] == "62866a31c1e6b9ef"
+
+
+# ------------------------------------------------------------------------------------------
+# runs, sources of Bo-N, labels
+# ------------------------------------------------------------------------------------------
+
+
+def test_bon_sources(config):
+    assert plan.bon_sources(config, 2) == ("direct", 2)
+    assert plan.bon_sources(config, 4) == ("shards", 1)
+    assert plan.bon_sources(config, 8) == ("shards", 2)
+    config["bon"]["shard_size"] = None
+    assert plan.bon_sources(config, 8) == ("direct", 8)
+
+
+def test_merged_runs_in_order(config):
+    assert plan.merged_runs(config, "results", ["g--rm"], [0.2]) == [
+        "results/runs/g--rm/bon/n2.jsonl", "results/runs/g--rm/bon/n4.jsonl", "results/runs/g--rm/bon/n8.jsonl",
+        "results/runs/g--rm/sr/alpha0.25.jsonl", "results/runs/g--rm/sr/alpha0.5.jsonl",
+        "results/runs/g--rm/sr/delta0.2.jsonl"]
+
+
+def test_labels(config):
+    assert plan.pair_labels(config, config["pairs"][0]) == {"generator": "G", "reward": "RM", "pair": "G / RM"}
+    assert plan.pair_labels(config, config["pairs"][1])["pair"] == "G / logprob"  # no label: the key
+    assert [plan.fmt_alpha(a) for a in (0.5, 0.25, 1e-05, 0.10)] == ["0.5", "0.25", "1e-05", "0.1"]
+
+
+# ------------------------------------------------------------------------------------------
+# the engine's options
+# ------------------------------------------------------------------------------------------
+
+
+def test_generate_args_bon_shard(config):
+    # shard 1: seed 0 + 1; no batch size or budget configured; the reward model needs remote code
+    assert plan.generate_args(config, config["pairs"][0], "bon", n=4, seed_offset=1) == (
+        "--model gen-model --reward rm-model --method bon --max-new-tokens 256 --temperature 1.0 --top-p 1.0 "
+        "--top-k 0 --seed 1 --device auto --dtype auto --reward-batch-size 16 --no-progress --exit-zero --n 4 "
+        "--trust-remote-code")
+
+
+def test_generate_args_adaptive_sr(config):
+    config["sr"].update(batch_size=64)
+    config["memory_budget"] = "27MiB"
+    assert plan.generate_args(config, config["pairs"][1], "sr", alpha=0.5, decision_tokens=[8, 16], delta=0.2,
+                              fit="results/adaptive/g--logprob/calibration_prefixes.parquet") == (
+        "--model gen-model --reward logprob --method sr --max-new-tokens 256 --temperature 1.0 --top-p 1.0 "
+        "--top-k 0 --seed 0 --device auto --dtype auto --reward-batch-size 16 --no-progress --exit-zero "
+        "--alpha 0.5 --min-tokens 8 --max-init-batch 1000 --decision-tokens 8,16 --rejection adaptive --delta 0.2 "
+        "--fit results/adaptive/g--logprob/calibration_prefixes.parquet --batch-size 64 --memory-budget 27MiB")
+
+
+def test_generate_args_bon_batch_is_capped_at_n_and_budgets_override(config):
+    config["bon"].update(batch_size=16, memory_budget="1GiB")
+    config["memory_budget"] = "27MiB"
+    config["generators"]["g"]["dtype"] = "bfloat16"
+    config["sampling"]["temperature"] = 0.7
+    args = plan.generate_args(config, config["pairs"][1], "bon", n=4)
+    assert args.endswith("--n 4 --batch-size 4 --memory-budget 1GiB")
+    assert "--temperature 0.7 " in args and "--dtype bfloat16 " in args
+
+
+def test_generate_args_are_quoted_for_the_shell(config):
+    config["generators"]["g"]["model"] = "/models/my model"
+    args = plan.generate_args(config, config["pairs"][1], "bon", n=2)
+    assert args.startswith("--model '/models/my model' --reward logprob ")
+    assert shlex.split(args)[1] == "/models/my model"
+
+
+def test_engine_options_parse_with_the_engines_own_parser(config):
+    """The options the plan builds are the CLI's: specrej.cli's parser accepts every one."""
+    from specrej.cli import build_parser
+
+    parser = build_parser()
+    config["bon"].update(batch_size=16)
+    config["sr"].update(decision_tokens=[8], memory_budget="64MiB")
+    jobs = [plan.generate_args(config, pair, "bon", n=8, seed_offset=2) for pair in config["pairs"]] + [
+        plan.generate_args(config, pair, "sr", alpha=0.25, decision_tokens=[8], delta=delta, fit=fit)
+        for pair in config["pairs"] for delta, fit in ((None, None), (0.2, None), (0.2, "fit.parquet"))]
+    for args in jobs:
+        parsed = parser.parse_args(["generate", *shlex.split(args), "--prompts", "p.jsonl", "--out", "o.jsonl"])
+        assert parsed.model == "gen-model" and parsed.exit_zero and parsed.no_progress
+    for pair in config["pairs"]:
+        parsed = parser.parse_args(["score-prefixes", "--trajectories", "t.jsonl", "--out", "o.parquet",
+                                    *plan.prefix_args(config, pair)])
+        assert parsed.decision_tokens == [16, 32, 64, 128]
+
+
+def test_prefix_args(config):
+    assert plan.prefix_args(config, config["pairs"][1]) == [  # logprob: the generator scores itself
+        "--reward", "logprob", "--decision-tokens", "16,32,64,128", "--device", "auto", "--dtype", "auto",
+        "--reward-batch-size", "16", "--no-progress"]
+    config["correlation"]["decision_tokens"] = [32, 8]
+    config["rewards"]["rm"]["dtype"] = "float32"
+    assert plan.prefix_args(config, config["pairs"][0]) == [
+        "--reward", "rm-model", "--decision-tokens", "8,32", "--device", "auto", "--dtype", "float32",
+        "--reward-batch-size", "16", "--no-progress", "--model", "gen-model", "--trust-remote-code"]
+
+
+def test_partial_path_is_named_by_the_options():
+    args = "--n 4"
+    digest = hashlib.sha256(args.encode()).hexdigest()[:12]
+    assert digest == "1ad8f1c2af81"
+    assert plan.partial_path("results", "results/runs/p/bon/shard0/c.jsonl", args) == \
+        "results/.partial/runs/p/bon/shard0/c.jsonl.1ad8f1c2af81.jsonl"
+
+
+# ------------------------------------------------------------------------------------------
+# resources
+# ------------------------------------------------------------------------------------------
+
+
+def test_needs_gpu(config):
+    config["resources"]["generate"]["gpu"] = 1
+    config["resources"]["score_prefixes"]["gpu"] = 1
+    assert plan.needs_gpu(config, config["pairs"][1], "generate") == 1
+    assert plan.needs_gpu(config, config["pairs"][0], "score_prefixes") == 1
+    assert plan.needs_gpu(config, config["pairs"][1], "score_prefixes") == 0  # logprob prefix scores are free
+
+
+@pytest.mark.parametrize("judge, key, local", [
+    (None, None, False), ("longest", None, False), ("gpt4_turbo", None, False), ("local:default", None, True),
+    ("auto", "sk-test", False), ("auto", None, True),
+])
+def test_judge_resources(config, monkeypatch, judge, key, local):
+    for variable in ("OPENAI_API_KEY", "OPENAI_API_KEYS", "OPENAI_CLIENT_CONFIG_PATH"):
+        monkeypatch.delenv(variable, raising=False)
+    if key:
+        monkeypatch.setenv("OPENAI_API_KEY", key)
+    config["evaluation"]["judge"] = judge
+    config["resources"]["evaluate"] = {"gpu": 1, "threads": 8, "mem_mb": 64000, "runtime": 240}
+    config["resources"]["analysis"] = {"gpu": 3, "threads": 2, "mem_mb": 2000, "runtime": 10}
+    assert plan.local_judge(config) is local
+    expected = ({"gpu": 1, "threads": 8, "mem_mb": 64000, "runtime": 240} if local
+                else {"gpu": 0, "threads": 2, "mem_mb": 2000, "runtime": 10})  # an analysis job never has a GPU
+    assert plan.judge_resources(config) == expected
+
+
+# ------------------------------------------------------------------------------------------
+# after a run
+# ------------------------------------------------------------------------------------------
+
+
+def test_messages_after_a_run(tmp_path):
+    assert plan.failed_prompts_message(str(tmp_path)) is None and plan.out_of_range_messages(str(tmp_path)) == []
+    (tmp_path / "failed_prompts.csv").write_text("run,prompt_id,error\nr1,empty,e\nr2,empty,e\nr2,zz,e\n")
+    assert plan.failed_prompts_message(str(tmp_path)) == (
+        f"specrej: 2 prompt(s) failed in 3 run(s) and are left out of the tables: empty, zz "
+        f"(see {tmp_path / 'failed_prompts.csv'})")
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "bon_equivalent.csv").write_text(
+        "pair,method_label,improvement,bon_equivalent_status\n"
+        "G / RM,SR α=0.5,97.25,interpolated\nG / RM,SR α=0.9,12.04,below_range\nG / RM,SR δ=0.2,101,above_range\n")
+    where = tmp_path / "metrics" / "bon_equivalent.csv"
+    assert plan.out_of_range_messages(str(tmp_path)) == [
+        f"specrej: G / RM SR α=0.9 scores 12.0, below Bo-N_min: its BoN-equivalent compute is not interpolated "
+        f"(see {where})",
+        f"specrej: G / RM SR δ=0.2 scores 101.0, above the largest Best-of-N: its BoN-equivalent compute is not "
+        f"interpolated (see {where})"]
+
+
+def test_validation_leaves_a_valid_config_unchanged_on_a_second_pass(config):
+    again = copy.deepcopy(config)
+    plan.validate_config(again, SCHEMA)
+    assert again == config
