@@ -240,7 +240,7 @@ def test_tiny_workflow_runs_through_slurm(slurm, generator_dir, tmp_path):
         assert jobs[job_id]["partition"] == str(wanted["slurm_partition"]), (rule, jobs[job_id])
         if "gres" in wanted:  # the GPU rules asked SLURM for their GPU
             assert jobs[job_id]["tres"] == f"gres:{wanted['gres']}", (rule, jobs[job_id])
-    assert {"bon_shard", "sr", "table1"} <= set(submitted.values())
+    assert {"bon_shard", "sr", "sr_adaptive", "calibration_fit", "table1"} <= set(submitted.values())
 
     # every output of `rule all` exists, and nothing is left to do
     results = tmp_path / "results"
@@ -248,11 +248,11 @@ def test_tiny_workflow_runs_through_slurm(slurm, generator_dir, tmp_path):
     assert_summary_matches_the_run_files(results)
     assert (results / "correlation/summary.csv").stat().st_size > 0
     for pair in ("tiny--logprob", "tiny--letter-e"):
-        for run in ("bon/n2", "bon/n4", "bon/n8", "sr/alpha0.5", "sr/alpha0.75"):
+        for run in ("bon/n2", "bon/n4", "bon/n8", "sr/alpha0.5", "sr/alpha0.75", "sr/delta0.2"):
             assert (results / "runs" / pair / f"{run}.jsonl").stat().st_size > 0
     assert {row["prompt_id"] for row in _rows(results / "failed_prompts.csv")} == {"empty"}
     assert [row["Method"] for row in _rows(results / "tables/table2.csv")] == \
-        ["Bo2", "Bo4", "Bo8", "SR α=0.5", "SR α=0.75"]
+        ["Bo2", "Bo4", "Bo8", "SR α=0.5", "SR α=0.75", "SR δ=0.2"]
     code, output, _ = snakemake(*args, "-n", cwd=tmp_path, env=env, timeout=120)
     assert code == 0 and "Nothing to be done" in output, output[-3000:]
 
