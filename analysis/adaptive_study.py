@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analysis._columns import require_columns
-from analysis.metrics import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, bootstrap_weights, percentile_interval
+from analysis.metrics import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, bootstrap_weights, percentile_interval, rows_where
 from specrej.adaptive import PartialFit, adaptive_accepted, interpolate_fit
 from specrej.selection import accepted
 
@@ -129,7 +129,7 @@ def against_fixed_alpha(
     for keys, group in groups:
         keys = keys if isinstance(keys, tuple) else (keys,)
         in_group = dict(zip(by, keys, strict=True))
-        mine = _rows_matching(draws, in_group) if draws is not None else None
+        mine = rows_where(draws, in_group) if draws is not None else None
         part = _against_curve(group, mine, confidence_level)
         for position, (column, key) in enumerate(in_group.items()):
             part.insert(position, column, key)
@@ -191,13 +191,6 @@ def _resampled_gaps(draws: pd.DataFrame, fixed_labels: pd.Series, label: str) ->
         if status == "inside":
             gaps[i] = float(own.at[resample, "improvement"]) - value
     return gaps
-
-
-def _rows_matching(frame: pd.DataFrame, values: dict) -> pd.DataFrame:
-    mask = np.ones(len(frame), dtype=bool)
-    for column, value in values.items():
-        mask &= (frame[column] == value).to_numpy()
-    return frame[mask]
 
 
 def _scores(group: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -289,7 +289,7 @@ def bon_equivalent_compute(
     parts = []
     for keys, group in summary.groupby(list(by), sort=False):
         in_group = dict(zip(by, keys, strict=True))
-        part = _locate_sr_on_bon_curve(group.drop(columns=list(by)), _rows_of(draws, in_group), confidence_level)
+        part = _locate_sr_on_bon_curve(group.drop(columns=list(by)), rows_where(draws, in_group), confidence_level)
         for position, (column, key) in enumerate(in_group.items()):
             part.insert(position, column, key)
         parts.append(part)
@@ -457,8 +457,9 @@ def _n_common_prompts(runs: pd.DataFrame) -> int:
     return n_prompts
 
 
-def _rows_of(frame: pd.DataFrame, values: dict) -> pd.DataFrame:
-    """Rows of ``frame`` whose columns equal ``values`` (all rows when ``values`` is empty)."""
+def rows_where(frame: pd.DataFrame, values: dict) -> pd.DataFrame:
+    """Rows of ``frame`` whose columns equal ``values`` (all rows when ``values`` is empty), without
+    those columns."""
     mask = np.ones(len(frame), dtype=bool)
     for column, value in values.items():
         mask &= (frame[column] == value).to_numpy()

@@ -18,11 +18,10 @@ import torch
 from . import decoding
 from .cache import KVCache
 from .decoding import ForwardPass, PrefilledPrompt
-from .decoding import Rollout  # noqa: F401  also importable from here: tests/test_memory.py imports it so
 from .errors import SpecrejError
 from .hf_forward import HFForward
 from .llama import SUPPORTED_MODEL_TYPES, LlamaForward
-from .sampling import SamplingParams, sampler_copies  # sampler_copies: tests/test_memory.py imports it from here
+from .sampling import SamplingParams, sampler_copies
 
 logger = logging.getLogger("specrej")
 

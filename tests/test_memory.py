@@ -13,7 +13,7 @@ from specrej import LogProbReward, SamplingParams, SpecrejError, best_of_n, load
 from specrej.algorithms import _Run, is_out_of_memory
 from specrej.api import run_one, run_prompts
 from specrej.budget import PeakMemory, token_capacity
-from specrej.engine import Rollout
+from specrej.decoding import Rollout
 
 PROMPT = "Write a poem about the sea."
 SAMPLING = SamplingParams(max_new_tokens=24)
@@ -242,7 +242,7 @@ def test_other_errors_are_not_taken_for_out_of_memory():
                                     SamplingParams(top_p=0.9), SamplingParams(temperature=0.7, top_p=0.9),
                                     SamplingParams(temperature=0.7, top_p=0.9, top_k=50)])
 def test_the_sampler_stays_within_its_copies(engine, params):
-    from specrej.engine import sampler_copies
+    from specrej.sampling import sampler_copies
 
     rows = 64
     hidden = torch.randn(rows, engine.config.hidden_size)

@@ -5,7 +5,8 @@ score_prefixes.py) run their `specrej` command line through `call_specrej`, with
 plan built (workflow/plan.py), so the engine's CLI parser checks them as it checks a user's.
 
     engine_threads(snakemake.threads)   # first, before numpy or torch load
-    code = call_specrej(["generate", *args], log=snakemake.log[0], gpus=snakemake.resources.gpu)
+    log_to(snakemake.log[0])
+    code = call_specrej(["generate", *args], gpus=snakemake.resources.gpu)
 """
 
 from __future__ import annotations
