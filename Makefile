@@ -24,8 +24,11 @@ test-fast: setup
 
 CORES ?= 2
 
+# On a failure, Snakefile's onerror names each failed job and its log (results/logs/failure.txt);
+# it is printed again here, after Snakemake's four closing lines, so it is what the user reads last.
 study: setup
-	$(BIN)/snakemake --cores $(CORES)
+	@rm -f results/logs/failure.txt; SPECREJ_RESUME="make study" $(BIN)/snakemake --cores $(CORES) \
+		|| { status=$$?; echo >&2; cat results/logs/failure.txt >&2 2>/dev/null; exit $$status; }
 	$(BIN)/snakemake --cores $(CORES) --report results/report.html
 	@echo
 	@echo "headline: results/summary.md"

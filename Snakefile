@@ -31,6 +31,7 @@ validate_config(config, "workflow/schemas/config.schema.yaml")
 setup_plan(config)
 
 
+include: "workflow/rules/models.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/correlation.smk"
 include: "workflow/rules/decode.smk"
@@ -42,6 +43,7 @@ include: "workflow/rules/report.smk"
 localrules:
     all,
     prompt_chunk,
+    fetch_model,  # a cluster's compute nodes often have no network; its login node has
 
 
 rule all:
@@ -57,3 +59,7 @@ rule all:
 
 onsuccess:
     report_after_run()
+
+
+onerror:
+    report_failure(log)

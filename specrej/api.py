@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import numbers
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -19,7 +20,7 @@ from .errors import SpecrejError
 from .io import PromptItem, RecordWriter, read_prompts
 from .models import load_generator
 from .rewards import Response, Reward
-from .sampling import SamplingParams
+from .sampling import SamplingParams, check_int, is_real, shown
 
 
 def load_engine(model: str = "default", *, dtype: str = "auto", device: str = "auto",
@@ -105,14 +106,79 @@ class _ReportedReward:
         return getattr(self.reward, attribute)  # e.g. tokens_processed of a reward model
 
 
-def validate(method: str, n: int | None, alpha: float | None) -> None:
-    """Reject bad settings before any model is loaded."""
+# the largest --memory-budget taken: 1 EiB, far above any device, so a larger one is a typo
+MAX_MEMORY_BUDGET = 2**60
+
+
+def validate(method: str, n: int | None = None, alpha: float | None = None, *,
+             sampling: SamplingParams | None = None, seed: int = 0, batch_size: int | None = None,
+             memory_budget: int | None = None, min_tokens: int = 8, max_init_batch: int = DEFAULT_MAX_INIT_BATCH,
+             decision_tokens: Iterable[int] = (), rejection: str = "alpha", delta: float = 0.05,
+             fits: object = None, measure_memory: bool | None = None,
+             reward_batch_size: int | None = None) -> None:
+    """Reject bad settings before any model is loaded: the one check of `specrej generate`'s
+    options (the CLI runs it first) and of `run_prompts`' (the same arguments; `reward_batch_size`
+    is the CLI's --reward-batch-size, None: not checked). Each message names the CLI option.
+
+    Every number is range-checked (NaN and +-inf are refused wherever a float is taken); an
+    option the chosen method or rule would silently ignore is refused too: --alpha, or
+    --decision-tokens / --rejection adaptive, with bon; --n with sr (its responses are
+    --batch-size, or the budget's); --fit (`fits`, for the CLI the path) without --rejection
+    adaptive. Taken as they are: a --batch-size above --max-init-batch (that cap bounds only the
+    default b_init), decision tokens beyond --max-new-tokens (never reached) and repeated ones
+    (a set), and any integer --seed (hashed per prompt, `prompt_seed`).
+    """
     if method not in ("bon", "sr"):
         raise SpecrejError(f"unknown method {method!r}; choose bon or sr")
-    if method == "bon" and (n is None or n < 1):
-        raise SpecrejError(f"--n must be >= 1 for Best-of-N, got {n}")
-    if method == "sr":
+    if method == "bon":
+        if n is None:
+            raise SpecrejError("--n is required with --method bon (the number of responses, >= 1)")
+        check_int(n, "--n", 1)
+        if alpha is not None:
+            raise SpecrejError(f"--alpha is for --method sr, got --alpha {shown(alpha)} with --method bon (Best-of-N takes "
+                               "only --n)")
+    else:
+        if n is not None:
+            raise SpecrejError(f"--n is for --method bon, got --n {shown(n)} with --method sr (its initial batch is "
+                               "--batch-size, or the memory budget's)")
+        if not is_real(alpha):
+            raise SpecrejError(f"--alpha must be in [0, 1) for speculative rejection, got {shown(alpha)}")
         check_alpha(alpha, "--alpha", " for speculative rejection")
+    if sampling is not None and not isinstance(sampling, SamplingParams):
+        raise SpecrejError(f"sampling must be a SamplingParams, got {shown(sampling)}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise SpecrejError(f"--seed must be an integer, got {shown(seed)}")
+    if batch_size is not None:
+        check_int(batch_size, "--batch-size", 1)
+    if memory_budget is not None:
+        if isinstance(memory_budget, bool) or not isinstance(memory_budget, numbers.Integral):
+            raise SpecrejError(f"--memory-budget must be a number of bytes (an integer), got {shown(memory_budget)}"
+                               + (" (specrej.budget.parse_size reads sizes such as 2GiB)"
+                                  if isinstance(memory_budget, str) else ""))
+        if memory_budget < 1:
+            raise SpecrejError(f"--memory-budget must be > 0 bytes, got {memory_budget}")
+        if memory_budget > MAX_MEMORY_BUDGET:
+            raise SpecrejError(f"--memory-budget must be at most 1 EiB ({MAX_MEMORY_BUDGET} bytes), got "
+                               f"{shown(memory_budget)}")
+    check_int(min_tokens, "--min-tokens", 1)
+    check_int(max_init_batch, "--max-init-batch", 1)
+    if isinstance(decision_tokens, (str, bytes)) or not isinstance(decision_tokens, Iterable):
+        raise SpecrejError(f"--decision-tokens must be a list of integers >= 1, got {shown(decision_tokens)}")
+    taus = list(decision_tokens)
+    for tau in taus:
+        check_int(tau, "--decision-tokens", 1)
+    if rejection not in ("alpha", "adaptive"):
+        raise SpecrejError(f"--rejection must be alpha or adaptive, got {shown(rejection)}")
+    if not is_real(delta) or not 0 <= delta <= 0.5:
+        raise SpecrejError(f"--delta must be in [0, 0.5] (0: keep every row, as Best-of-N), got {shown(delta)}")
+    if method == "bon" and taus:
+        raise SpecrejError("--decision-tokens is for --method sr (Best-of-N has no rejection rounds)")
+    if method == "bon" and rejection == "adaptive":
+        raise SpecrejError("--rejection adaptive is for --method sr (Best-of-N rejects nothing)")
+    if fits is not None and rejection != "adaptive":
+        raise SpecrejError("--fit is for --rejection adaptive (the alpha rule fits nothing)")
+    if reward_batch_size is not None:
+        check_int(reward_batch_size, "--reward-batch-size", 1)
 
 
 def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.PathLike, *, engine: Engine,
@@ -126,9 +192,12 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
     that failed, in this run or an earlier one, to their errors. `out` is locked while the run
     writes it (`io.output_lock`). `options` go to `run_one` (batch_size, memory_budget,
     min_tokens, decision_tokens, measure_memory); a prompt that runs out of memory is retried
-    with a smaller batch there.
+    with a smaller batch there. Bad settings raise SpecrejError (`validate`) before `out` is
+    opened or a prompt read.
     """
-    validate(method, n, alpha)
+    if isinstance(options.get("decision_tokens"), Iterator):  # read once here, used for every prompt
+        options["decision_tokens"] = list(options["decision_tokens"])
+    validate(method, n, alpha, sampling=sampling, seed=seed, **options)  # before anything is read or written
     items = read_prompts(prompts) if not isinstance(prompts, list) else prompts
     settings = {"method": method, "model": model_name, "reward": reward_name, "seed": seed,
                 **({"n": n} if method == "bon" else {"alpha": alpha}), **vars(sampling)}

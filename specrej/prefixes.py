@@ -27,6 +27,7 @@ of the first tau recorded `token_logprobs` (stored rounded to 5 decimals) and ne
 
 from __future__ import annotations
 
+import numbers
 import os
 import tempfile
 import warnings
@@ -39,19 +40,23 @@ from tqdm.auto import tqdm
 from .errors import SpecrejError
 from .io import PREFIX_COLUMNS, PREFIX_DTYPES, read_records
 from .rewards import LogProbReward, Response, Reward, finite_scores
+from .sampling import check_int
 
 Decode = Callable[[list[list[int]]], list[str]]
 
 
 def check_decision_tokens(decision_tokens: Iterable[int]) -> list[int]:
     """The decision tokens sorted and without repeats; every one must be a positive integer."""
+    if isinstance(decision_tokens, (str, bytes)) or not isinstance(decision_tokens, Iterable):
+        raise SpecrejError(f"--decision-tokens must be a list of positive integers, got {decision_tokens!r}")
     taus = list(decision_tokens)
     if not taus:
-        raise SpecrejError("no decision tokens given; pass e.g. --decision-tokens 8,16,32")
-    bad = [t for t in taus if isinstance(t, bool) or not isinstance(t, int) or t < 1]
+        raise SpecrejError("--decision-tokens: no decision tokens given; pass e.g. --decision-tokens 8,16,32")
+    bad = [t for t in taus if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 1]
     if bad:
-        raise SpecrejError(f"decision tokens must be positive integers, got {', '.join(map(str, bad))}")
-    return sorted(set(taus))
+        raise SpecrejError(f"--decision-tokens must be positive integers, got {', '.join(map(str, bad[:5]))}"
+                           + (", ..." if len(bad) > 5 else ""))
+    return sorted({int(t) for t in taus})
 
 
 def score_prefixes(records: Iterable[dict], reward: Reward, decision_tokens: Iterable[int],
@@ -169,6 +174,7 @@ def score_prefix_file(trajectories: str | os.PathLike, out: str | os.PathLike, *
     from .rewards import load_reward
 
     taus = check_decision_tokens(decision_tokens)
+    check_int(reward_batch_size, "--reward-batch-size", 1)
     path = Path(trajectories)
     if not path.is_file():
         raise SpecrejError(f"trajectories file not found: {path}")

@@ -284,6 +284,51 @@ def merged_runs(config: dict, results: str, pairs, deltas) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------
+# models: each one the study loads is fetched and prepared once, by a job of its own
+# --------------------------------------------------------------------------------------
+
+
+def model_name(spec: str) -> str:
+    """A file name for the fetch job of model `spec`: readable, and distinct per spec."""
+    readable = _slug(Path(spec).name or spec)
+    return f"{readable}-{hashlib.sha256(spec.encode()).hexdigest()[:8]}"
+
+
+def reward_model_spec(spec: str) -> str | None:
+    """The model behind reward `spec`, or None for the rewards that are not models."""
+    return None if spec == "logprob" or spec.startswith("python:") else spec
+
+
+def judge_model_spec(config: dict) -> str | None:
+    """The local model behind Table 1's judge, when the plan uses one."""
+    from analysis.judge_registry import DEFAULT_LOCAL_JUDGE, LOCAL_PREFIX  # standard library only
+
+    judge = config["evaluation"]["judge"]
+    if not local_judge(config):
+        return None
+    judge = DEFAULT_LOCAL_JUDGE if judge in ("auto", "local") else judge
+    return judge[len(LOCAL_PREFIX):]
+
+
+def study_models(config: dict) -> dict[str, str]:
+    """{model_name: spec} of every model the study loads: each pair's generator and reward
+    model, and a local judge's model."""
+    specs = []
+    for pair in config["pairs"]:
+        specs.append(config["generators"][pair["generator"]]["model"])
+        specs.append(reward_model_spec(config["rewards"][pair["reward"]]["model"]))
+    specs.append(judge_model_spec(config))
+    return {model_name(spec): spec for spec in dict.fromkeys(specs) if spec is not None}
+
+
+def pair_models(config: dict, pair: dict) -> list[str]:
+    """The model names (`study_models`) that a job of `pair` loads."""
+    specs = [config["generators"][pair["generator"]]["model"],
+             reward_model_spec(config["rewards"][pair["reward"]]["model"])]
+    return [model_name(spec) for spec in specs if spec is not None]
+
+
+# --------------------------------------------------------------------------------------
 # command lines: the options of `specrej generate` / `specrej score-prefixes` per job
 # --------------------------------------------------------------------------------------
 
@@ -408,3 +453,70 @@ def out_of_range_messages(results: str) -> list[str]:
             f"its BoN-equivalent compute is not interpolated (see {path})"
             for row in rows if row["bon_equivalent_status"] != "interpolated"]
 
+
+
+# --------------------------------------------------------------------------------------
+# after a failed run: what `onerror` prints
+# --------------------------------------------------------------------------------------
+
+
+_JOB_BLOCK = re.compile(r"^(?:(?P<error>Error in rule)|(?:local)?rule) (?P<rule>\S+):$")
+_JOB_FIELD = re.compile(r"^\s+(?P<key>jobid|wildcards|log): (?P<value>.*)$")
+
+
+def failed_jobs(snakemake_log: str) -> list[dict]:
+    """[{rule, wildcards, logs}] of each "Error in rule ...:" block of a Snakemake log, in order.
+    The wildcards come from the block that started the job (same jobid), as Snakemake prints
+    them; the logs without Snakemake's "(check log ...)" note."""
+    blocks, block = [], None
+    for line in snakemake_log.splitlines():
+        started = _JOB_BLOCK.match(line)
+        if started:
+            block = {"error": bool(started["error"]), "rule": started["rule"], "jobid": None, "wildcards": "",
+                     "logs": []}
+            blocks.append(block)
+            continue
+        field = _JOB_FIELD.match(line)
+        if block is None or not field:
+            block = None if not line.startswith((" ", "\t")) else block
+            continue
+        if field["key"] == "log":
+            value = re.sub(r"\s*\(check log file\(s\) for error details\)\s*$", "", field["value"])
+            block["logs"] = [part.strip() for part in value.split(",") if part.strip()]
+        else:
+            block[field["key"]] = field["value"].strip()
+    started = {b["jobid"]: b for b in blocks if not b["error"]}
+    return [{"rule": b["rule"], "wildcards": b["wildcards"] or started.get(b["jobid"], {}).get("wildcards", ""),
+             "logs": b["logs"]} for b in blocks if b["error"]]
+
+
+def last_line(path) -> str | None:
+    """The last non-blank line of a job's log (the engine ends with its one-line error), if any."""
+    try:
+        lines = [line.strip() for line in Path(path).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return None
+    return lines[-1][:300] if lines else None
+
+
+def failure_message(jobs: list[dict], resume: str) -> str:
+    """What a user reads when the workflow stopped: each failed job, its log and that log's last
+    line, then the one command that resumes (finished jobs are kept)."""
+    if not jobs:
+        return (f"specrej: the workflow stopped before any job failed (see Snakemake's message above). "
+                f"Fix the cause, then resume with: {resume}")
+    lines = [f"specrej: {len(jobs)} job(s) failed; finished jobs are kept:"]
+    for job in jobs:
+        where = f" ({job['wildcards']})" if job["wildcards"] else ""
+        lines.append(f"  {job['rule']}{where}: log {', '.join(job['logs']) or '(none)'}")
+        ending = next((line for line in map(last_line, job["logs"]) if line), None)
+        if ending:
+            lines.append(f"    last line: {ending}")
+    lines.append(f"Fix the cause, then resume with the same command: {resume}")
+    return "\n".join(lines)
+
+
+def resume_command(argv: list[str], environ) -> str:
+    """The command that resumes this run: SPECREJ_RESUME (the Makefile sets `make study`), else
+    Snakemake's own command line."""
+    return environ.get("SPECREJ_RESUME") or shlex.join(["snakemake", *argv[1:]])

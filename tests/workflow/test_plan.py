@@ -328,3 +328,70 @@ def test_validation_leaves_a_valid_config_unchanged_on_a_second_pass(config):
     again = copy.deepcopy(config)
     plan.validate_config(again, SCHEMA)
     assert again == config
+
+
+def test_study_models_one_fetch_job_per_distinct_model(config):
+    config["generators"]["h"] = {"model": "/models/My Model.gguf", "label": "H"}
+    config["pairs"].append({"generator": "h", "reward": "rm"})
+    config["evaluation"]["judge"] = "local:default"
+    models = plan.study_models(config)
+    # gen-model, rm-model (once, though two pairs use it), the .gguf, the judge's; not logprob
+    assert list(models.values()) == ["gen-model", "rm-model", "/models/My Model.gguf", "default"]
+    digest = hashlib.sha256(b"/models/My Model.gguf").hexdigest()[:8]
+    assert plan.model_name("/models/My Model.gguf") == f"My_Model.gguf-{digest}"
+    assert plan.pair_models(config, config["pairs"][1]) == [plan.model_name("gen-model")]  # logprob: none
+    assert plan.pair_models(config, config["pairs"][2]) == [plan.model_name("/models/My Model.gguf"),
+                                                           plan.model_name("rm-model")]
+    config["evaluation"]["judge"] = "longest"
+    assert "default" not in plan.study_models(config).values()
+
+
+SNAKEMAKE_LOG = """\
+[Tue Dec  1 19:18:20 2026]
+rule sr:
+    input: results/prompts/chunks/chunk0000.jsonl
+    output: results/runs/g--rm/sr/alpha0.5/chunk0000.jsonl
+    jobid: 12
+    wildcards: pair=g--rm, alpha=0.5, chunk=chunk0000
+    resources: tmpdir=/tmp
+[Tue Dec  1 19:18:21 2026]
+localrule merge_bon:
+    jobid: 3
+Shell command: None
+[Tue Dec  1 19:18:27 2026]
+Error in rule sr:
+    message: None
+    jobid: 12
+    input: results/prompts/chunks/chunk0000.jsonl
+    output: results/runs/g--rm/sr/alpha0.5/chunk0000.jsonl
+    log: results/logs/sr/g--rm/alpha0.5/chunk0000.log (check log file(s) for error details)
+Finished jobid: 2 (Rule: prompt_chunk)
+Error in rule merge_bon:
+    jobid: 3
+    log: a.log, b.log (check log file(s) for error details)
+Shutting down, this might take some time.
+"""
+
+
+def test_failed_jobs_and_the_message_that_says_how_to_resume(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    jobs = plan.failed_jobs(SNAKEMAKE_LOG)
+    assert jobs == [
+        {"rule": "sr", "wildcards": "pair=g--rm, alpha=0.5, chunk=chunk0000",
+         "logs": ["results/logs/sr/g--rm/alpha0.5/chunk0000.log"]},
+        {"rule": "merge_bon", "wildcards": "", "logs": ["a.log", "b.log"]},
+    ]
+    log = tmp_path / "results/logs/sr/g--rm/alpha0.5/chunk0000.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("specrej generate ...\nspecrej: error: model path not found: /x\n\n")
+    message = plan.failure_message(jobs, "make study").splitlines()
+    assert message == [
+        "specrej: 2 job(s) failed; finished jobs are kept:",
+        "  sr (pair=g--rm, alpha=0.5, chunk=chunk0000): log results/logs/sr/g--rm/alpha0.5/chunk0000.log",
+        "    last line: specrej: error: model path not found: /x",
+        "  merge_bon: log a.log, b.log",
+        "Fix the cause, then resume with the same command: make study",
+    ]
+    assert plan.resume_command(["/venv/bin/snakemake", "--cores", "2", "--configfile", "my config.yaml"], {}) == \
+        "snakemake --cores 2 --configfile 'my config.yaml'"
+    assert plan.resume_command(["snakemake"], {"SPECREJ_RESUME": "make study"}) == "make study"

@@ -4,8 +4,10 @@ the tiny configuration (killed part-way, then rerun) that checks every table and
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -118,6 +120,32 @@ def test_bad_config_stops_before_any_job_with_one_message(tmp_path, config, mess
     assert not (tmp_path / "results").exists()  # nothing ran
 
 
+def test_a_failed_job_ends_with_its_name_its_log_and_the_command_that_resumes(tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_text("not a GGUF file")
+    overlay = tmp_path / "broken-model.yaml"
+    overlay.write_text(f"generators:\n  tiny: {{model: {json.dumps(str(broken))}, label: Tiny}}\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+           "SPECREJ_CACHE": str(tmp_path / "cache")}
+    args = ["--cores", "2", "--configfile", TINY_CONFIG, overlay]
+    result = snakemake(*args, cwd=tmp_path, env=env)
+    assert result.returncode != 0
+    log = "results/logs/fetch_model/" + f"broken.gguf-{hashlib.sha256(str(broken).encode()).hexdigest()[:8]}.log"
+    message = (tmp_path / "results/logs/failure.txt").read_text().splitlines()
+    assert message[0] == "specrej: 1 job(s) failed; finished jobs are kept:"
+    assert message[1].startswith("  fetch_model (model=broken.gguf-") and message[1].endswith(f": log {log}")
+    assert message[2].startswith(f"    last line: specrej: error: cannot convert {broken}: not a GGUF file")
+    assert message[3] == ("Fix the cause, then resume with the same command: snakemake "
+                          + " ".join(shlex.quote(str(a)) for a in ["--snakefile", ROOT / "Snakefile", *args]))
+    # Snakemake prints it after its own error report; only its four closing lines follow (where its
+    # log is, the time, "WorkflowError: At least one job did not complete"); `make study` repeats it
+    tail = result.stderr.strip().splitlines()
+    end = max(i for i, line in enumerate(tail) if line.startswith("Fix the cause"))
+    assert tail[end - 3:end + 1] == message
+    assert len(tail) - end - 1 <= 4, tail[end:]
+    assert "Traceback" not in (tmp_path / log).read_text()  # the engine's error is one line
+
+
 # ------------------------------------------------------------------------------------------
 # the full tiny run: killed part-way, rerun, every output checked
 # ------------------------------------------------------------------------------------------
@@ -144,11 +172,13 @@ def _finished_generation_outputs(results: Path) -> dict[Path, int]:
 
 
 @pytest.mark.slow
-def test_tiny_run_survives_a_kill_and_produces_every_output(tmp_path, generator_dir):
-    overlay = tmp_path / "tiny-model.yaml"
-    overlay.write_text(f"generators:\n  tiny: {{model: {json.dumps(str(generator_dir))}, label: Tiny}}\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    args = ["--cores", "2", "--configfile", TINY_CONFIG, overlay]
+def test_tiny_run_from_an_empty_cache_survives_a_kill_and_produces_every_output(tmp_path):
+    """The tiny config as a user's first run meets it: the real default model, an empty
+    SPECREJ_CACHE, two jobs at a time. The model is fetched and converted once, by its own job,
+    before any generation job starts."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+           "SPECREJ_CACHE": str(tmp_path / "cache")}
+    args = ["--cores", "2", "--configfile", TINY_CONFIG]
     results = tmp_path / "results"
 
     # 1. start, and kill the whole process tree (as a lost node would) once some generations are done
@@ -172,6 +202,16 @@ def test_tiny_run_survives_a_kill_and_produces_every_output(tmp_path, generator_
     after = _finished_generation_outputs(results)
     assert {p: after[p] for p in before} == before, "finished generations were redone"
     assert snakemake(*args, "-n", cwd=tmp_path, env=env).stdout.count("Nothing to be done") == 1
+
+    # the model was prepared by its fetch job alone: no generation job fetched or converted it
+    fetch_logs = list((results / "logs/fetch_model").glob("*.log"))
+    assert len(fetch_logs) == 1 and "specrej: converting" in fetch_logs[0].read_text()
+    generation_logs = [p for rule in ("bon_shard", "bon_direct", "sr", "sr_adaptive")
+                       for p in (results / "logs" / rule).rglob("*.log")]
+    assert generation_logs and not [p for p in generation_logs
+                                    if "specrej: converting" in p.read_text() or "waiting for" in p.read_text()]
+    assert json.loads(next((results / "models").glob("*.json")).read_text())["path"] == \
+        str(tmp_path / "cache" / "SmolLM2-135M-Instruct")
 
     # 3. every table and figure, with the expected rows
     assert_tables_and_figures(results)

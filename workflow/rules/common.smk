@@ -2,6 +2,7 @@
 # wildcards, the wildcard constraints and the resources of each kind of job. The plain Python
 # (config checks, prompt chunks, the engine's options, onsuccess messages) is workflow/plan.py.
 
+import os
 import sys
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def validate_config(config, schema):
 def setup_plan(config):
     """The jobs' dimensions and the analysis jobs' resources, as globals for the rule files
     (after the config is validated)."""
-    global PAIRS, CHUNKS, CALIBRATION_CHUNKS, ALL_CHUNKS, ADAPTIVE_DELTAS, PROMPT_FILE
+    global PAIRS, CHUNKS, CALIBRATION_CHUNKS, ALL_CHUNKS, ADAPTIVE_DELTAS, PROMPT_FILE, MODELS
     global CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS, FIGURE2_PAIR, FIGURE4_PAIR, ANALYSIS_RESOURCES
     try:
         jobs = plan.Plan(config, workflow.basedir)
@@ -35,6 +36,7 @@ def setup_plan(config):
     CALIBRATION_CHUNKS, ADAPTIVE_DELTAS = jobs.calibration_chunks, jobs.adaptive_deltas
     CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS = jobs.correlation_pairs, jobs.table1_pairs, jobs.table2_pairs
     FIGURE2_PAIR, FIGURE4_PAIR = jobs.figure2_pair, jobs.figure4_pair
+    MODELS = plan.study_models(config)  # {name: spec}: one fetch job each
     PROMPT_FILE = plan.local_source(config["prompts"]["source"], workflow.basedir)  # None: a dataset
     # merges, metrics, tables, figures: one thread (Snakemake's default), no GPU
     ANALYSIS_RESOURCES = {"gpu": 0, **{key: config["resources"]["analysis"][key] for key in ("mem_mb", "runtime")}}
@@ -133,6 +135,18 @@ def calibration_fit(pair):
     return [f"{RESULTS}/adaptive/{pair}/calibration_prefixes.parquet"] if CALIBRATION_CHUNKS else []
 
 
+def pair_model_files(wildcards):
+    """The fetch markers of the models a job of this pair loads; ancient, so a model fetched
+    again (a new machine, an emptied cache) reruns no finished job."""
+    return [ancient(f"{RESULTS}/models/{name}.json") for name in plan.pair_models(config, PAIRS[wildcards.pair])]
+
+
+def judge_model_files():
+    """The fetch marker of a local judge's model ([] for any other judge)."""
+    spec = plan.judge_model_spec(config)
+    return [ancient(f"{RESULTS}/models/{plan.model_name(spec)}.json")] if spec else []
+
+
 # --------------------------------------------------------------------------------------
 # the engine's options per job (the engine rules call it through scripts/engine_call.py)
 # --------------------------------------------------------------------------------------
@@ -161,6 +175,18 @@ def prefix_args(wildcards):
 # --------------------------------------------------------------------------------------
 # after a run
 # --------------------------------------------------------------------------------------
+
+
+def report_failure(logs):
+    """After a failed run: each failed job, its log, and the command that resumes. Also written
+    to results/logs/failure.txt, which `make study` prints again after Snakemake's own last lines."""
+    jobs = []
+    for path in logs or []:
+        jobs += plan.failed_jobs(Path(path).read_text(errors="replace"))
+    message = plan.failure_message(jobs, plan.resume_command(sys.argv, os.environ))
+    print(message, file=sys.stderr)
+    Path(RESULTS, "logs").mkdir(parents=True, exist_ok=True)
+    Path(RESULTS, "logs", "failure.txt").write_text(message + "\n")
 
 
 def report_after_run():

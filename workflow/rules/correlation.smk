@@ -8,7 +8,8 @@ rule score_prefixes:
     """`specrej score-prefixes` on one chunk's Best-of-N responses (free for the logprob reward):
     the study's chunks for the correlation study, the held-out ones for adaptive SR's fit."""
     input:
-        correlation_trajectories,
+        trajectories=correlation_trajectories,
+        models=pair_model_files,
     output:
         f"{RESULTS}/{{study}}/{{pair}}/prefixes/{{chunk}}.parquet",
     params:

@@ -8,6 +8,7 @@ rule bon_shard:
     """One shard of bon.shard_size responses with its own seed (seed + k): the paper's one GPU job."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
+        models=pair_model_files,
     output:
         f"{RESULTS}/runs/{{pair}}/bon/shard{{k}}/{{chunk}}.jsonl",
     params:
@@ -27,6 +28,7 @@ rule bon_direct:
     """Best-of-N below one shard (or without shards): one run of N responses."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
+        models=pair_model_files,
     output:
         f"{RESULTS}/runs/{{pair}}/bon/n{{n}}/{{chunk}}.jsonl",
     params:
@@ -64,6 +66,7 @@ rule sr:
     """Speculative Rejection at one alpha."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
+        models=pair_model_files,
     output:
         f"{RESULTS}/runs/{{pair}}/sr/alpha{{alpha}}/{{chunk}}.jsonl",
     params:
@@ -85,6 +88,7 @@ rule sr_adaptive:
     its partial/final fit from the held-out prompts (or online, without them)."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
+        models=pair_model_files,
         fit=lambda wildcards: calibration_fit(wildcards.pair),
     output:
         f"{RESULTS}/runs/{{pair}}/sr/delta{{delta}}/{{chunk}}.jsonl",

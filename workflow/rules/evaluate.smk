@@ -62,7 +62,8 @@ rule win_rates:
     run here (none configured, no OpenAI key, no alpaca_eval) every cell is written as
     "not evaluated" with the reason, so the table says so instead of going missing."""
     input:
-        merged_runs(TABLE1_PAIRS),
+        runs=merged_runs(TABLE1_PAIRS),
+        judge_model=judge_model_files(),
     output:
         win_rates=f"{RESULTS}/evaluation/win_rates.csv",
         annotations=directory(f"{RESULTS}/evaluation/annotations"),

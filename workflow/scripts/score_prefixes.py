@@ -24,10 +24,11 @@ from analysis.correlation import PREFIX_COLUMNS  # noqa: E402
 from specrej.io import merge_shards, read_records, records_by_prompt  # noqa: E402
 
 out, params = snakemake.output[0], snakemake.params  # noqa: F821
-trajectories = snakemake.input[0]  # noqa: F821
+shards = list(snakemake.input.trajectories)  # noqa: F821
+trajectories = shards[0]
 records = read_records(trajectories)
-if len(snakemake.input) > 1:  # noqa: F821
-    records = [merge_shards(group, all_candidates=True) for group in records_by_prompt(snakemake.input)]  # noqa: F821
+if len(shards) > 1:
+    records = [merge_shards(group, all_candidates=True) for group in records_by_prompt(shards)]
     trajectories = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, dir=os.path.dirname(out)).name
     with open(trajectories, "w", encoding="utf-8") as pooled:
         pooled.writelines(json.dumps(record) + "\n" for record in records)
@@ -39,6 +40,6 @@ if not any("error" not in record for record in records):
 
 code = call_specrej(["score-prefixes", "--trajectories", trajectories, "--out", out, *params.args],
                     gpus=snakemake.resources.gpu)  # noqa: F821
-if len(snakemake.input) > 1:  # noqa: F821
+if len(shards) > 1:
     os.unlink(trajectories)
 sys.exit(code)
