@@ -2,10 +2,12 @@
 
 Modules (each documents the columns it consumes and produces):
 
+- ``settings``            — the configuration key: a record's (method, setting, label), how
+                            settings are ordered, named and told apart; standard library only.
 - ``io``                  — read trajectory JSONL and prefix parquet into plain Python / pandas.
 - ``correlation``         — how well partial rewards predict final rewards (paper §4, Figures 2 and 4).
-- ``metrics``             — improvement score, relative compute, speedup, BoN-equivalent compute,
-                            perplexity (paper §5, Figure 3 and Table 2).
+- ``metrics``             — improvement score, relative compute and FLOPs, speedup, BoN-equivalent
+                            compute, perplexity (paper §5, Figure 3 and Table 2), for every method.
 - ``adaptive_study``      — adaptive rejection against fixed α (paper §6).
 - ``figures``             — Figures 2–4 as matplotlib Figures, plus ``save_figure``.
 - ``tables``              — Tables 1–2 as DataFrames, written as CSV, Markdown and LaTeX.

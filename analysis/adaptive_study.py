@@ -11,6 +11,10 @@ Two questions, each a pure function:
 
 ``fits_table`` lists the partial/final fits the rule used. The rule is the engine's own
 (``specrej.adaptive.adaptive_accepted``, ``specrej.selection.accepted``), torch-free.
+
+This is SR's own study, so unlike the rest of ``analysis`` it knows SR's methods and parameters:
+the fixed-α curve is method "sr", the adaptive points method "sr-adaptive", and an adaptive
+point's δ is read from its setting (``sr_param``).
 """
 
 import math
@@ -22,11 +26,20 @@ import pandas as pd
 
 from analysis._columns import require_columns
 from analysis.metrics import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, bootstrap_weights, percentile_interval, rows_where
+from analysis.settings import setting_params
 from specrej.adaptive import PartialFit, adaptive_accepted, interpolate_fit
 from specrej.selection import accepted
 
 SURVIVAL_COLUMNS = ("prompt_id", "tau", "partial_score", "final_score")
-POINT_COLUMNS = ("method", "alpha", "delta", "method_label", "relative_compute", "improvement")
+POINT_COLUMNS = ("method", "setting", "method_label", "relative_compute", "improvement")
+FIXED_ALPHA, ADAPTIVE = "sr", "sr-adaptive"  # the methods compared (``specrej.methods``)
+
+
+def sr_param(setting: str, name: str) -> float:
+    """One of SR's parameters (e.g. "alpha", "delta") from a configuration's ``setting`` text;
+    NaN when the setting does not hold it."""
+    value = setting_params(setting).get(name)
+    return float(value) if value is not None else math.nan
 
 
 def fits_table(fits: Mapping[int, PartialFit]) -> pd.DataFrame:
@@ -106,7 +119,8 @@ def against_fixed_alpha(
     by: Sequence[str] = (),
     confidence_level: float = DEFAULT_CONFIDENCE,
 ) -> pd.DataFrame:
-    """Each adaptive SR point against the fixed-α SR curve at equal compute, per ``by`` group.
+    """Each adaptive SR point (method "sr-adaptive") against the fixed-α SR curve (method "sr")
+    at equal compute, per ``by`` group.
 
     The fixed-α points (relative compute, improvement) of the group, ordered by compute, form a
     curve linear in log compute between neighbours (Figure 3's log axis). At an adaptive point's
@@ -120,8 +134,9 @@ def against_fixed_alpha(
     interval of the gap over the resamples where c lies inside that resample's fixed-α range
     (their share: in_range_frac).
 
-    Output columns: *by, method_label, delta, improvement, relative_compute, status,
-    fixed_alpha_improvement, gap, gap_lo, gap_hi, in_range_frac, dominated_by, dominates.
+    Output columns: *by, method_label, delta (from the setting, ``sr_param``), improvement,
+    relative_compute, status, fixed_alpha_improvement, gap, gap_lo, gap_hi, in_range_frac,
+    dominated_by, dominates; one row per adaptive point, in order of δ.
     """
     require_columns(summary, [*by, *POINT_COLUMNS], "method summary")
     parts = []
@@ -138,9 +153,10 @@ def against_fixed_alpha(
 
 
 def _against_curve(points: pd.DataFrame, draws: pd.DataFrame | None, confidence_level: float) -> pd.DataFrame:
-    sr = points[points["method"] == "sr"]
-    fixed = sr[sr["delta"].isna()].sort_values("relative_compute")
-    adaptive = sr[sr["delta"].notna()].sort_values("delta")
+    fixed = points[points["method"] == FIXED_ALPHA].sort_values("relative_compute")
+    adaptive = points[points["method"] == ADAPTIVE]
+    adaptive = adaptive.assign(delta=[sr_param(setting, "delta") for setting in adaptive["setting"]])
+    adaptive = adaptive.sort_values("delta", kind="stable")
     rows = []
     for point in adaptive.itertuples(index=False):
         value, status = _on_curve(fixed["relative_compute"], fixed["improvement"], point.relative_compute)

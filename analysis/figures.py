@@ -6,7 +6,6 @@ opens a window or piles up in pyplot's list of open figures, and saving renders 
 ``save_figure`` writes it.
 """
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,9 +18,17 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from analysis._columns import require_columns
 from analysis.correlation import PREFIX_COLUMNS, group_statistics, ols_band
+from analysis.settings import configuration_order, method_name, point_label
 
 STYLE = "whitegrid"
 BON_COLOR, SR_COLOR, ADAPTIVE_COLOR, BEST_COLOR = "#fc8d62", "#66c2a5", "#8da0cb", "red"
+RANDOM_COLOR = "#e78ac3"
+# Figure 3's series: a colour and marker per built-in method (names: ``analysis.settings.METHOD_NAMES``);
+# any other method takes the next of OTHER_COLORS / OTHER_MARKERS in order of its name.
+SERIES_STYLES = {"bon": (BON_COLOR, "o"), "sr": (SR_COLOR, "o"), "sr-adaptive": (ADAPTIVE_COLOR, "s"),
+                 "sr-random": (RANDOM_COLOR, "v")}
+OTHER_COLORS = ("#a6d854", "#ffd92f", "#e5c494", "#b3b3b3", "#1b9e77", "#7570b3")
+OTHER_MARKERS = ("^", "D", "P", "X", "<", ">")
 PARTIAL_LABEL, FINAL_LABEL = "Partial reward (first τ tokens)", "Final reward"
 COMPUTE_LABEL, IMPROVEMENT_LABEL = "Relative compute", "Improvement score"
 TAU_LABEL = "τ (generated tokens)"
@@ -79,29 +86,30 @@ def figure2_partial_vs_final(
 def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "pair") -> Figure:
     """Figure 3: relative compute (log x) vs improvement score, one panel per ``panel_column``.
 
-    Input: ``analysis.metrics.method_summary`` output, i.e. columns method, n, alpha,
-    relative_compute, improvement, and ``panel_column`` (e.g. ``pair`` = generator / reward)
-    if there is more than one panel; without that column everything goes in one panel.
-    BoN points are labelled by N, SR points by alpha; adaptive SR points (a ``delta`` column
-    that is not NaN, ``specrej.adaptive``) form a third series labelled by δ.  With the columns improvement_lo/hi
-    and relative_compute_lo/hi every point gets error bars on both axes (the bootstrap
-    intervals); with n_prompts_improvement and zero_spread_prompts a panel whose improvement
-    leaves out prompts (Bo-N_min's rewards did not spread) names them under its axes.
+    Input: ``analysis.metrics.method_summary`` output, i.e. columns method, method_label,
+    relative_compute, improvement (and n, Best-of-N's N), and ``panel_column`` (e.g. ``pair`` =
+    generator / reward) if there is more than one panel; without that column everything goes in
+    one panel.  One series per method: Best-of-N's ladder, the reference curve, with its points
+    labelled by N, then every other method in order of its name, named by ``method_name``
+    ("SR", "SR adaptive", "Random SR", else the method's registered name) and its points
+    labelled by their setting (``point_label``: "α=0.5", or a whole label such as "First 2 of 3").
+    With the columns improvement_lo/hi and relative_compute_lo/hi every point gets error bars on
+    both axes (the bootstrap intervals); with n_prompts_improvement and zero_spread_prompts a
+    panel whose improvement leaves out prompts (Bo-N_min's rewards did not spread) names them
+    under its axes.
     """
-    require_columns(summary, ["method", "n", "alpha", "relative_compute", "improvement"], "method summary")
+    require_columns(summary, ["method", "method_label", "relative_compute", "improvement"], "method summary")
     panels = summary[panel_column].unique() if panel_column in summary.columns else [None]
+    styles = series_styles(summary["method"].unique())
     with sns.axes_style(STYLE):
         figure = Figure(figsize=(4.8 * len(panels), 4.2), layout="constrained")
         all_axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for axes, panel in zip(all_axes, panels, strict=True):
         points = summary if panel is None else summary[summary[panel_column] == panel]
-        bon, sr = (points[points["method"] == m].sort_values("relative_compute") for m in ("bon", "sr"))
-        sr = sr if "delta" in sr.columns else sr.assign(delta=math.nan)
-        fixed, adaptive = sr[sr["delta"].isna()], sr[sr["delta"].notna()]
-        _draw_labelled_curve(axes, bon, "Best-of-N", BON_COLOR, [f"{n:g}" for n in bon["n"]])
-        _draw_labelled_curve(axes, fixed, "Speculative Rejection", SR_COLOR, [f"α={a:g}" for a in fixed["alpha"]])
-        _draw_labelled_curve(axes, adaptive, "SR, adaptive rejection", ADAPTIVE_COLOR,
-                             [f"δ={d:g}" for d in adaptive["delta"]], marker="s")
+        for method, (color, marker) in styles.items():
+            series = points[points["method"] == method].sort_values("relative_compute")
+            labels = [point_label(method, str(label)) for label in series["method_label"]]
+            _draw_labelled_curve(axes, series, method_name(method), color, labels, marker=marker)
         _use_plain_log_x(axes)
         axes.set_xlabel(COMPUTE_LABEL)
         axes.set_ylabel(IMPROVEMENT_LABEL)
@@ -112,6 +120,21 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
         if note:
             axes.text(0.0, -0.16, note, transform=axes.transAxes, va="top", fontsize="x-small", wrap=True)
     return figure
+
+
+def series_styles(methods) -> dict[str, tuple[str, str]]:
+    """{method: (colour, marker)} in Figure 3's order: Best-of-N first, then by method name
+    (``analysis.settings.configuration_order``); built-ins keep ``SERIES_STYLES``, others take
+    ``OTHER_COLORS`` / ``OTHER_MARKERS`` in turn."""
+    ordered = sorted(dict.fromkeys(map(str, methods)), key=lambda m: configuration_order(m, 0, "", "")[:2])
+    styles, others = {}, 0
+    for method in ordered:
+        if method in SERIES_STYLES:
+            styles[method] = SERIES_STYLES[method]
+        else:
+            styles[method] = (OTHER_COLORS[others % len(OTHER_COLORS)], OTHER_MARKERS[others % len(OTHER_MARKERS)])
+            others += 1
+    return styles
 
 
 def zero_spread_note(summary: pd.DataFrame, max_named: int = MAX_NAMED_PROMPTS) -> str:

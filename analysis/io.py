@@ -2,14 +2,16 @@
 
 A trajectory record is one JSON object per line, one per prompt:
 
-    prompt_id, prompt, method ("bon" | "sr"),
-    params {model, reward, seed, ...; BoN: n, batch_size; SR: alpha, init_batch_size, ...},
+    prompt_id, prompt, method ("bon" | "sr" for Best-of-N, SR and adaptive SR; else the method's name),
+    params {model, reward, seed, setting {method, params, label} (``record_setting``), ...;
+            BoN: n (merged from shards: the total), shards; SR: alpha, init_batch_size, ...},
     best {candidate_id, text, score, num_tokens} (null when no response completed),
     worst {candidate_id, score} (lowest final score among complete candidates; newer records),
     candidates [{id, text, token_ids, token_logprobs, num_tokens, finished, final_score,
                  halted_round, round_scores, ...}],
     rounds [{decision_token, batch_before, batch_after, cutoff, ...}],
-    timing {total_s, generate_s, score_s}, tokens {generated, scored}, peak_kv_bytes
+    timing {total_s, generate_s, score_s}, tokens {generated, scored}, peak_kv_bytes,
+    flops {prefill, generate, reward, total} (newer records),
 
 or, for a prompt that failed, prompt_id, prompt, method, params and an ``error`` string.
 Only the fields used below are required; ``specrej.io`` owns the full schema.
@@ -24,7 +26,15 @@ import pandas as pd
 from analysis._columns import require_columns
 from analysis.correlation import PREFIX_COLUMNS
 from analysis.metrics import perplexity
+from analysis.settings import BON, canonical_setting
 from specrej.io import read_records  # torch-free
+
+RUNS_COLUMNS = [
+    "prompt_id", "method", "setting", "method_label", "n", "batch_size", "seed", "generator", "reward", "pair",
+    "shards", "score", "worst_score", "num_tokens", "time_s", "generate_s", "score_s", "tokens_generated",
+    "tokens_scored", "peak_kv_bytes", "flops", "num_rounds", "perplexity", "num_candidates", "init_batch_size",
+    "min_tokens", "first_decision_token",
+]
 
 
 def load_trajectories(path: str | Path) -> list[dict]:
@@ -43,35 +53,37 @@ def load_prefix_table(path: str | Path) -> pd.DataFrame:
 def best_responses_frame(records: Iterable[dict]) -> pd.DataFrame:
     """One row per answered record: the *runs* frame that ``analysis.metrics`` consumes.
 
-    Columns: prompt_id, method, n (BoN's N; SR's initial batch, ``params["init_batch_size"]``,
-    when the record has no ``n``), alpha (NaN for BoN), batch_size, seed, generator
-    (``params["model"]``), reward, pair ("<generator> / <reward>"), shards
-    (``params["shards"]``, default 1: the engine runs BoN batches one after another, so
-    ``time_s`` already sums them), score, worst_score (the lowest final score among the
-    record's complete candidates: ``worst["score"]``, or for older records without ``worst``
-    the minimum over candidates with a final score; eq. 8 normalises by Bo-N_min's
-    score − worst_score), num_tokens (of the best response), time_s,
-    generate_s, score_s, tokens_generated, tokens_scored, peak_kv_bytes, num_rounds,
-    perplexity (of the best response; NaN when its token_logprobs were not recorded),
-    delta (adaptive SR's δ, ``params["rejection"]["delta"]`` of a run with rule "adaptive";
-    NaN otherwise: an adaptive run's alpha is NaN too, its ``params["alpha"]`` being only the
-    fallback for rounds without a fit), num_candidates (candidates the run sampled: ``num_candidates`` of a record merged from
-    shards, which keeps only the chosen candidate, else the number of candidates; BoN runs
-    each to completion, so tokens_generated / num_candidates is its mean response length in
-    sampled tokens), and for SR init_batch_size, min_tokens (``params``) and
-    first_decision_token (``rounds[0]["decision_token"]``: where the first rejection came),
-    NaN for BoN or when not recorded.
+    Columns (``RUNS_COLUMNS``): prompt_id, method, setting, method_label (the configuration:
+    ``record_configuration``), n (Best-of-N's total N; for other methods the recorded
+    ``params["init_batch_size"]``, else NaN), batch_size, seed, generator (``params["model"]``),
+    reward, pair ("<generator> / <reward>"), shards (``params["shards"]``, default 1: the engine
+    runs BoN batches one after another, so ``time_s`` already sums them), score, worst_score
+    (the lowest final score among the record's complete candidates: ``worst["score"]``, or for
+    older records without ``worst`` the minimum over candidates with a final score; eq. 8
+    normalises by Bo-N_min's score − worst_score), num_tokens (of the best response), time_s,
+    generate_s, score_s, tokens_generated, tokens_scored, peak_kv_bytes, flops (the record's
+    total FLOPs, ``record_flops``; NaN when not counted), num_rounds, perplexity (of the best
+    response; NaN when its token_logprobs were not recorded), num_candidates (candidates the
+    run sampled: ``num_candidates`` of a record merged from shards, which keeps only the chosen
+    candidate, else the number of candidates; BoN runs each to completion, so
+    tokens_generated / num_candidates is its mean response length in sampled tokens),
+    init_batch_size, min_tokens (``params``, NaN when not recorded) and first_decision_token
+    (``rounds[0]["decision_token"]``: where the first rejection came; NaN without rounds).
+    No column names a method's parameters: a method's study reads them from ``setting``
+    (``analysis.settings.setting_params``).
     Records that failed or have no best response are left out; ``failed_prompts`` lists them.
     """
-    return pd.DataFrame([_best_response_row(record) for record in records if _answered(record)])
+    rows = [_best_response_row(record) for record in records if _answered(record)]
+    return pd.DataFrame(rows, columns=RUNS_COLUMNS)
 
 
 def failed_prompts(records: Iterable[dict]) -> pd.DataFrame:
-    """Columns prompt_id, method, error: one row per record without an answer."""
+    """Columns prompt_id, method (the setting's method, as in the runs frame), error: one row
+    per record without an answer."""
     rows = [
         {
             "prompt_id": record.get("prompt_id"),
-            "method": record.get("method"),
+            "method": _method_of(record),
             "error": record.get("error") or "no complete response",
         }
         for record in records
@@ -105,17 +117,70 @@ def worst_score(record: dict) -> float:
     return float(min(scores)) if scores else math.nan
 
 
-def record_configuration(record: dict) -> tuple[str, int | None, float, float]:
-    """(method, n, alpha, delta) of a record: the configuration key of ``analysis.metrics``
-    (``method_label(*record_configuration(record))`` names it). n is BoN's N or SR's b_init;
-    alpha is NaN for BoN and for adaptive SR (whose ``params["alpha"]`` is only the fallback of
-    rounds without a fit); delta is adaptive SR's δ, else NaN."""
-    params = record.get("params", {})
+def record_setting(record: dict) -> dict:
+    """The record's setting, ``{"method": NAME, "params": {...}, "label": str}``.
+
+    Records written since methods became plug-ins carry it as ``params["setting"]`` (the
+    method's resolved parameters and its label).  Older records do not; theirs is derived:
+    Best-of-N ``{"n": n}`` "Bo<n>", SR with the adaptive rule (``params["rejection"]["rule"]``)
+    method "sr-adaptive" ``{"delta": d}`` "SR δ=<d>", any other SR "sr" ``{"alpha": a}`` "SR α=<a>".
+
+    Best-of-N is always ``{"n": <total N>}`` labelled "Bo<total N>", with the total taken from
+    ``params["n"]``: a record merged from shards (``specrej.io.merge_shards``) holds the total
+    there, while its setting may be the first shard's; shard files and merged files then agree.
+    """
+    params = record.get("params") or {}
+    setting = params.get("setting")
+    method = setting["method"] if setting else record.get("method")
+    if method == BON:
+        n = params.get("n", (setting or {}).get("params", {}).get("n"))
+        return {"method": BON, "params": {"n": n}, "label": f"Bo{int(n)}" if n is not None else "Bo?"}
+    if setting:
+        return {"method": method, "params": dict(setting.get("params") or {}),
+                "label": str(setting.get("label") or method)}
     rejection = params.get("rejection") or {}
-    adaptive = record["method"] == "sr" and rejection.get("rule") == "adaptive"
-    alpha = params.get("alpha", math.nan) if record["method"] == "sr" and not adaptive else math.nan
-    return (record["method"], params.get("n", params.get("init_batch_size")), alpha,
-            float(rejection["delta"]) if adaptive else math.nan)
+    if method == "sr" and rejection.get("rule") == "adaptive":
+        delta = float(rejection["delta"])
+        return {"method": "sr-adaptive", "params": {"delta": delta}, "label": f"SR δ={delta:g}"}
+    if method == "sr":
+        alpha = params.get("alpha", math.nan)
+        return {"method": "sr", "params": {"alpha": alpha}, "label": f"SR α={alpha:g}"}
+    raise ValueError(f"record of prompt {record.get('prompt_id')!r} has no params['setting'] and an unknown "
+                     f"method {method!r}: only 'bon' and 'sr' records predate settings")
+
+
+def record_configuration(record: dict) -> tuple[str, float, str, str]:
+    """(method, n, setting, label) of a record: the configuration key of ``analysis.metrics``.
+
+    method is the setting's method name ("bon", "sr", "sr-adaptive", "sr-random", or a method
+    from outside the project; ``record_setting``), setting its parameters as canonical JSON text
+    (``analysis.settings.canonical_setting``: ``{"n":<total N>}`` for Best-of-N), label its
+    display name ("Bo120", "SR α=0.5").  n is Best-of-N's total N (the reference curve's
+    x); for any other method the initial batch it recorded (``params["init_batch_size"]``, SR's
+    b_init), else NaN — the analysis reads n only for Best-of-N.
+    """
+    setting = record_setting(record)
+    params = record.get("params") or {}
+    if setting["method"] == BON:
+        n = setting["params"]["n"]
+    else:
+        n = params.get("init_batch_size", math.nan)
+    return setting["method"], n, canonical_setting(setting["params"]), setting["label"]
+
+
+def record_flops(record: dict) -> float:
+    """The record's total FLOP count (``record["flops"]["total"]``, ``specrej.flops``; a
+    record merged from shards holds the sum over its shards); NaN when it was not counted."""
+    flops = record.get("flops") or {}
+    total = flops.get("total")
+    return float(total) if total is not None else math.nan
+
+
+def _method_of(record: dict) -> str | None:
+    try:
+        return record_setting(record)["method"]
+    except (ValueError, KeyError, TypeError):  # an error record without enough params
+        return record.get("method")
 
 
 def _answered(record: dict) -> bool:
@@ -125,16 +190,16 @@ def _answered(record: dict) -> bool:
 def _best_response_row(record: dict) -> dict:
     params, timing, tokens = record["params"], record.get("timing", {}), record.get("tokens", {})
     rounds = record.get("rounds") or []
-    method, n, alpha, delta = record_configuration(record)
+    method, n, setting, label = record_configuration(record)
     best = best_candidate(record)
     logprobs = best.get("token_logprobs") if best else None
     generator, reward = params.get("model"), params.get("reward")
     return {
         "prompt_id": record["prompt_id"],
         "method": method,
+        "setting": setting,
+        "method_label": label,
         "n": n,
-        "alpha": alpha,
-        "delta": delta,
         "batch_size": params.get("batch_size", params.get("init_batch_size")),
         "seed": params.get("seed"),
         "generator": generator,
@@ -150,6 +215,7 @@ def _best_response_row(record: dict) -> dict:
         "tokens_generated": tokens.get("generated"),
         "tokens_scored": tokens.get("scored"),
         "peak_kv_bytes": record.get("peak_kv_bytes"),
+        "flops": record_flops(record),
         "num_rounds": len(rounds),
         "perplexity": perplexity(logprobs) if logprobs else math.nan,
         "num_candidates": record.get("num_candidates", len(record.get("candidates", []))),

@@ -1,13 +1,17 @@
-"""Paper §5 metrics: improvement score (eq. 8), relative compute and speedup (eq. 7),
-BoN-equivalent compute, perplexity (Figure 3 and Table 2), each with a prompt-level paired
-bootstrap confidence interval.
+"""Paper §5 metrics: improvement score (eq. 8), relative compute and speedup (eq. 7), the same
+ratios in FLOPs, BoN-equivalent compute, perplexity (Figure 3 and Table 2), each with a
+prompt-level paired bootstrap confidence interval.
 
-Most functions take a *runs* frame, one row per (configuration, prompt):
+Most functions take a *runs* frame (``analysis.io.best_responses_frame``), one row per
+(configuration, prompt):
 
-    method       "bon" | "sr"
-    n            number of candidates (Best-of-N's N; Speculative Rejection's initial batch)
-    alpha        SR rejection rate; NaN for BoN and adaptive SR
-    delta        optional: adaptive SR's δ (``specrej.adaptive``); NaN (or absent) otherwise
+    method       the setting's method: "bon" (Best-of-N, the reference), "sr", "sr-adaptive",
+                 "sr-random" or any method from outside the project
+    setting      the setting's parameters as canonical JSON text (``analysis.settings``);
+                 ``{"n":N}`` for Best-of-N
+    method_label the configuration's display name ("Bo120", "SR α=0.5", "First 2 of 3")
+    n            Best-of-N's N (read for Best-of-N only: the ladder's order, Bo-N_min and the
+                 largest BoN); anything, NaN included, for the other methods
     prompt_id    the prompt
     score        reward of the response the method returned for this prompt
     worst_score  lowest final reward among the configuration's complete candidates for this
@@ -17,18 +21,22 @@ Most functions take a *runs* frame, one row per (configuration, prompt):
                  (the paper's GPU count — Bo3840 as 32 parallel Bo120 shards has shards=32).
                  Shards run one after another on one device are already summed in ``time_s``
                  and must keep shards=1.
+    flops        optional: FLOPs spent on this prompt (``specrej.flops``; a merged BoN record
+                 holds the sum over its shards); NaN or absent when not counted
     perplexity   optional: perplexity of the returned response (see ``perplexity``)
 
 plus any grouping columns named in ``by`` (e.g. ``pair`` or ``generator``).  A configuration
-is a distinct (method, n, alpha, delta).  Bo-N_min is the BoN configuration with the smallest N in
-its group and "the largest BoN" the one with the largest N.  Only prompts that every
-configuration of a group answered enter that group's metrics, so failed prompts cannot make
-a method look cheaper or better.
+is a distinct (method, setting) (``CONFIG_COLUMNS``): nothing here reads a method's parameters,
+so every method is summarised, and located on the Best-of-N curve, alike.  Bo-N_min is the BoN
+configuration with the smallest N in its group and "the largest BoN" the one with the largest
+N.  Only prompts that every configuration of a group answered enter that group's metrics, so
+failed prompts cannot make a method look cheaper or better.  Two configurations of a group that
+share a label are told apart by ``analysis.settings.distinct_labels``.
 
 Confidence intervals come from one prompt-level bootstrap per group: the prompts are
 resampled with replacement and *the same* resamples serve every configuration of the group,
 so differences and ratios between configurations (relative compute, speedup, the position
-of SR on the BoN curve) are paired.  Intervals are percentile intervals.
+of a method on the BoN curve) are paired.  Intervals are percentile intervals.
 """
 
 import math
@@ -39,24 +47,18 @@ import numpy as np
 import pandas as pd
 
 from analysis._columns import require_columns
+from analysis.settings import BON, configuration_order, distinct_labels
 
-RUN_COLUMNS = ("method", "n", "alpha", "prompt_id", "score", "time_s")
-CONFIG_COLUMNS = ["method", "n", "alpha", "delta"]
+RUN_COLUMNS = ("method", "setting", "method_label", "n", "prompt_id", "score", "time_s")
+CONFIG_COLUMNS = ["method", "setting"]
+# The columns that describe a configuration in ``method_summary`` / ``bootstrap_draws`` output.
+CONFIGURATION_COLUMNS = ["method", "setting", "method_label", "n"]
 Normalization = Literal["bon_min_range", "bon_range"]
 NORMALIZATIONS = ("bon_min_range", "bon_range")
 DEFAULT_RESAMPLES, DEFAULT_CONFIDENCE = 1000, 0.95
 # Statistics that get a bootstrap interval in ``method_summary`` (perplexity when present).
-INTERVAL_STATISTICS = ("improvement", "relative_compute", "speedup_vs_largest_bon", "perplexity")
-
-
-def method_label(method: str, n: int, alpha: float, delta: float = math.nan) -> str:
-    """Display name of a configuration: ``Bo120`` for BoN, ``SR α=0.5`` for Speculative
-    Rejection, ``SR δ=0.05`` for SR with the adaptive rule (``specrej.adaptive``)."""
-    if method == "bon":
-        return f"Bo{int(n)}"
-    if method == "sr":
-        return f"SR δ={delta:g}" if delta == delta else f"SR α={alpha:g}"
-    raise ValueError(f"unknown method {method!r}; expected 'bon' or 'sr'")
+INTERVAL_STATISTICS = ("improvement", "relative_compute", "speedup_vs_largest_bon", "relative_flops",
+                       "flops_speedup_vs_largest_bon", "perplexity")
 
 
 def perplexity(token_logprobs: Sequence[float]) -> float:
@@ -130,16 +132,23 @@ def method_summary(
 ) -> pd.DataFrame:
     """One row per configuration (within each ``by`` group): Figure 3's points, Table 2's cells.
 
-    Output columns: *by, method, n, alpha, delta, method_label, n_prompts (prompts shared by all
+    Output columns: *by, method, setting, method_label, n (Best-of-N's N; for another method
+    its most common ``n`` over the prompts, e.g. SR's b_init), n_prompts (prompts shared by all
     configurations of the group), mean_score, improvement (mean of ``per_prompt_improvement``
     over the prompts that can be normalised), n_prompts_improvement (those prompts),
     zero_spread_prompts (comma-separated ids of the others, "" if none), compute_s (sum over
     prompts of shards × time_s), relative_compute (compute_s / compute_s of Bo-N_min: eq. 7),
-    speedup_vs_largest_bon (compute_s of the largest BoN / compute_s), perplexity (mean over
-    prompts) when ``runs`` has that column, then <statistic>_lo and <statistic>_hi for each of
-    improvement, relative_compute, speedup_vs_largest_bon and perplexity (``confidence_level``
-    paired bootstrap interval over ``n_resamples`` prompt resamples drawn with ``seed``; NaN
-    when ``n_resamples`` is 0), and the bootstrap's confidence_level and bootstrap_resamples.
+    speedup_vs_largest_bon (compute_s of the largest BoN / compute_s), compute_flops (sum over
+    prompts of ``flops``), relative_flops (compute_flops / compute_flops of Bo-N_min: eq. 7 in
+    FLOPs), flops_speedup_vs_largest_bon (compute_flops of the largest BoN / compute_flops) —
+    the FLOP columns NaN unless every prompt of both configurations has a count —,
+    perplexity (mean over prompts) when ``runs`` has that column, then <statistic>_lo and
+    <statistic>_hi for each of improvement, relative_compute, speedup_vs_largest_bon,
+    relative_flops, flops_speedup_vs_largest_bon and perplexity (``confidence_level`` paired
+    bootstrap interval over ``n_resamples`` prompt resamples drawn with ``seed``; NaN when
+    ``n_resamples`` is 0), and the bootstrap's confidence_level and bootstrap_resamples.
+    Rows: Best-of-N by N, then the other methods by name, each method's settings in the
+    natural order of their labels (``analysis.settings.configuration_order``).
     Speedup is measured in compute, which equals wall-clock time when every shard count is 1.
     """
     runs = _check_runs(runs, by, normalization)
@@ -157,16 +166,18 @@ def bootstrap_draws(
 ) -> pd.DataFrame:
     """The bootstrap statistics behind ``method_summary``'s intervals, one row per resample.
 
-    Columns: *by, method, n, alpha, delta, method_label, resample, improvement, relative_compute,
-    speedup_vs_largest_bon (and perplexity).  With the same arguments the resamples are
-    exactly those of ``method_summary``; ``bon_equivalent_compute`` locates SR on each.
+    Columns: *by, method, setting, method_label, n, resample, improvement, relative_compute,
+    speedup_vs_largest_bon, relative_flops, flops_speedup_vs_largest_bon (and perplexity).  With
+    the same arguments the resamples are exactly those of ``method_summary``;
+    ``bon_equivalent_compute`` locates every non-BoN configuration on each.
     """
     runs = _check_runs(runs, by, normalization)
 
     def draws_of(group: pd.DataFrame) -> pd.DataFrame:
         weights = bootstrap_weights(_n_common_prompts(group), n_resamples, seed)
         configs, values = _group_statistics(group, normalization, weights)
-        statistics = ["improvement", "relative_compute", "speedup_vs_largest_bon", "perplexity"]
+        statistics = ["improvement", "relative_compute", "speedup_vs_largest_bon", "relative_flops",
+                      "flops_speedup_vs_largest_bon", "perplexity"]
         return configs.loc[configs.index.repeat(n_resamples)].reset_index(drop=True).assign(
             resample=np.tile(np.arange(n_resamples), len(configs)),
             **{name: values[name].ravel() for name in statistics if name in values},
@@ -214,7 +225,7 @@ def locate_on_curves(
     """``interpolate_log_compute`` for R curves at once: (K, R) points, (R,) targets.
 
     Returns (compute, status, extrapolated), each of shape (R,).  A curve with any
-    non-finite or non-positive point is "no_curve"; the bootstrap locates SR on every
+    non-finite or non-positive point is "no_curve"; the bootstrap locates a method on every
     resample's BoN curve with this.
     """
     compute, score = np.asarray(compute, dtype=float), np.asarray(score, dtype=float)
@@ -258,38 +269,37 @@ def bon_equivalent_compute(
     draws: pd.DataFrame | None = None,
     confidence_level: float = DEFAULT_CONFIDENCE,
 ) -> pd.DataFrame:
-    """The BoN compute that would reach each SR configuration's improvement score.
+    """The BoN compute that would reach each non-BoN configuration's improvement score.
 
     Input: ``method_summary`` output and, for intervals, ``bootstrap_draws`` of the same runs.
     Within each ``by`` group the BoN points (relative compute, improvement) form a curve on
-    which each SR point is located by ``interpolate_log_compute``.  Output: the SR rows with
+    which every other configuration — of every method — is located by
+    ``interpolate_log_compute``.  Output: the summary's non-BoN rows (all its columns) with
 
     - bon_equivalent_compute, bon_equivalent_status, bon_equivalent_compute_extrapolated;
     - compute_speedup = bon_equivalent_compute / relative_compute (NaN outside the range)
       and compute_speedup_extrapolated, its out-of-range counterpart;
     - bon_equivalent_compute_lo/hi and compute_speedup_lo/hi: percentile interval over every
-      resample. A resample in which SR lands above that resample's BoN curve is *censored* at
-      the largest BoN's compute (BoN needs at least that much), one below it at Bo-N_min's, so
-      the interval never drops the resamples most favourable (or least) to SR: a censored
+      resample. A resample in which the point lands above that resample's BoN curve is *censored*
+      at the largest BoN's compute (BoN needs at least that much), one below it at Bo-N_min's, so
+      the interval never drops the resamples most favourable (or least) to the method: a censored
       lower limit is conservative; when more than the interval's tail of resamples are censored
       above (below), the upper (lower) limit is only a bound, flagged by
       compute_speedup_hi_is_bound (compute_speedup_lo_is_bound) — read it as "≥ hi" ("≤ lo");
     - bon_equivalent_in_range_frac, bon_equivalent_above_frac, bon_equivalent_below_frac: the
       shares of resamples inside, above and below the curve (NaN without draws).
     """
-    require_columns(summary, [*by, "method", "n", "alpha", "method_label", "relative_compute", "improvement"],
-                    "method summary")
+    require_columns(summary, [*by, *CONFIGURATION_COLUMNS, "relative_compute", "improvement"], "method summary")
     if draws is None:
-        draws = pd.DataFrame(columns=[*by, *CONFIG_COLUMNS, "method_label", "resample",
-                                      "relative_compute", "improvement"])
+        draws = pd.DataFrame(columns=[*by, *CONFIGURATION_COLUMNS, "resample", "relative_compute", "improvement"])
     require_columns(draws, [*by, "method", "method_label", "resample", "relative_compute", "improvement"],
                     "bootstrap draws")
     if not by:
-        return _locate_sr_on_bon_curve(summary, draws, confidence_level)
+        return _locate_on_bon_curve(summary, draws, confidence_level)
     parts = []
     for keys, group in summary.groupby(list(by), sort=False):
         in_group = dict(zip(by, keys, strict=True))
-        part = _locate_sr_on_bon_curve(group.drop(columns=list(by)), rows_where(draws, in_group), confidence_level)
+        part = _locate_on_bon_curve(group.drop(columns=list(by)), rows_where(draws, in_group), confidence_level)
         for position, (column, key) in enumerate(in_group.items()):
             part.insert(position, column, key)
         parts.append(part)
@@ -297,24 +307,27 @@ def bon_equivalent_compute(
 
 
 def _check_runs(runs: pd.DataFrame, by: Sequence[str], normalization: str) -> pd.DataFrame:
-    """``runs`` checked, with a NaN ``delta`` column when it has none (no adaptive runs)."""
+    """``runs`` checked: its columns, one row per configuration and prompt, one label per
+    configuration."""
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, not {normalization!r}")
     require_columns(runs, [*RUN_COLUMNS, *by], "runs")
-    if "delta" not in runs.columns:
-        runs = runs.assign(delta=math.nan)
     if normalization == "bon_min_range":
         require_columns(runs, ["worst_score"], "runs (eq. 8 needs Bo-N_min's lowest candidate reward)")
     duplicated = runs.duplicated([*by, *CONFIG_COLUMNS, "prompt_id"])
     if duplicated.any():
         example = runs.loc[duplicated, [*by, *CONFIG_COLUMNS, "prompt_id"]].iloc[0].to_dict()
         raise ValueError(f"runs has several rows for one configuration and prompt, e.g. {example}")
+    labels = runs.groupby([*by, *CONFIG_COLUMNS], dropna=False, sort=False)["method_label"].nunique()
+    if (labels > 1).any():
+        example = labels[labels > 1].index[0]
+        raise ValueError(f"runs has several method_label values for one configuration, e.g. {example}")
     return runs
 
 
 def _reference_range(runs: pd.DataFrame, normalization: str) -> tuple[pd.Series, pd.Series]:
     """Per prompt: Bo-N_min's best reward and the spread that normalises improvement."""
-    bon = runs[runs["method"] == "bon"]
+    bon = runs[runs["method"] == BON]
     if bon.empty:
         raise ValueError("a group has no BoN configuration to normalise against")
     bon_min = bon[bon["n"] == bon["n"].min()].set_index("prompt_id")
@@ -340,9 +353,9 @@ def _summarize_group(
         **{name: values[:, 0] for name, values in point.items()},
         zero_spread_prompts=",".join(map(str, zero_spread_prompts(runs, normalization))),
     ).astype({"n_prompts_improvement": int})
-    order = ["method", "n", "alpha", "delta", "method_label", "n_prompts", "mean_score", "improvement",
-             "n_prompts_improvement", "zero_spread_prompts", "compute_s", "relative_compute",
-             "speedup_vs_largest_bon"]
+    order = [*CONFIGURATION_COLUMNS, "n_prompts", "mean_score", "improvement", "n_prompts_improvement",
+             "zero_spread_prompts", "compute_s", "relative_compute", "speedup_vs_largest_bon", "compute_flops",
+             "relative_flops", "flops_speedup_vs_largest_bon"]
     summary = summary[order + (["perplexity"] if "perplexity" in point else [])]
     for name in INTERVAL_STATISTICS:
         if name in draws:
@@ -357,29 +370,39 @@ def _group_statistics(
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
     """Configurations of one group and their statistics under each row of prompt ``weights``.
 
-    Returns the configurations (method, n, alpha, delta, method_label; BoN by N, then SR by
-    alpha, then adaptive SR by delta: the order of Figure 3's curves and the paper's tables) and a dict of (C, R) arrays,
-    R = len(weights): mean_score, improvement, n_prompts_improvement, compute_s,
-    relative_compute, speedup_vs_largest_bon and perplexity (if present).  A weight row of
-    ones is the sample itself, so point estimates and resamples share one formula.
+    Returns the configurations (method, setting, method_label, n; in ``configuration_order``:
+    Best-of-N by N, then the other methods by name and their settings by label — the order of
+    Figure 3's series and of the tables; labels made distinct by ``distinct_labels``) and a dict
+    of (C, R) arrays, R = len(weights): mean_score, improvement, n_prompts_improvement,
+    compute_s, relative_compute, speedup_vs_largest_bon, compute_flops, relative_flops,
+    flops_speedup_vs_largest_bon and perplexity (if present).  A weight row of ones is the
+    sample itself, so point estimates and resamples share one formula.
     """
-    runs = _on_common_prompts(runs).assign(
-        improvement=lambda frame: per_prompt_improvement(frame, normalization),
-        compute_s=lambda frame: frame["time_s"] * frame.get("shards", 1),
-        config=lambda frame: frame.groupby(CONFIG_COLUMNS, dropna=False, sort=True).ngroup(),
+    runs = _on_common_prompts(runs)
+    configs = runs.groupby(CONFIG_COLUMNS, sort=False, dropna=False).agg(
+        method_label=("method_label", "first"), n=("n", _typical)).reset_index()
+    order = sorted(range(len(configs)), key=lambda i: configuration_order(*configs.loc[
+        i, ["method", "n", "method_label", "setting"]]))
+    configs = configs.loc[order].reset_index(drop=True)[CONFIGURATION_COLUMNS]
+    configs["method_label"] = distinct_labels(list(configs[["method", "setting", "method_label"]]
+                                                   .itertuples(index=False, name=None)))
+    position = {key: i for i, key in enumerate(configs[CONFIG_COLUMNS].itertuples(index=False, name=None))}
+    runs = runs.assign(
+        improvement=per_prompt_improvement(runs, normalization),
+        compute_s=runs["time_s"] * runs.get("shards", 1),
+        compute_flops=runs["flops"] if "flops" in runs.columns else math.nan,
+        config=[position[key] for key in runs[CONFIG_COLUMNS].itertuples(index=False, name=None)],
     )
-    configs = runs.drop_duplicates("config").sort_values("config")[CONFIG_COLUMNS].reset_index(drop=True)
-    configs["method_label"] = [method_label(*row) for row in configs[CONFIG_COLUMNS].itertuples(index=False)]
 
     def per_prompt(column: str) -> np.ndarray:  # (C, P), prompts in one shared order
         return runs.pivot(index="config", columns="prompt_id", values=column).to_numpy(dtype=float)
 
     weights = weights.T.astype(float)  # (P, R)
     improvement, used = _weighted_mean(per_prompt("improvement"), weights)
-    compute = per_prompt("compute_s") @ weights
-    bon = configs.index[configs["method"] == "bon"]
+    bon = configs.index[configs["method"] == BON]
     smallest, largest = bon[0], bon[-1]
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        compute, flops = per_prompt("compute_s") @ weights, per_prompt("compute_flops") @ weights
         values = {
             "mean_score": _weighted_mean(per_prompt("score"), weights)[0],
             "improvement": improvement,
@@ -387,10 +410,20 @@ def _group_statistics(
             "compute_s": compute,
             "relative_compute": compute / compute[smallest],
             "speedup_vs_largest_bon": compute[largest] / compute,
+            "compute_flops": flops,
+            "relative_flops": flops / flops[smallest],
+            "flops_speedup_vs_largest_bon": flops[largest] / flops,
         }
     if "perplexity" in runs.columns:
         values["perplexity"] = _weighted_mean(per_prompt("perplexity"), weights)[0]
     return configs, values
+
+
+def _typical(values: pd.Series) -> float:
+    """The most common value (the smallest on a tie; NaN when none is known): a configuration's
+    n, constant for Best-of-N, possibly per prompt for another method (SR's default b_init)."""
+    modes = values.dropna().mode()
+    return modes.min() if not modes.empty else math.nan
 
 
 def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -400,30 +433,30 @@ def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray,
     return np.divide(totals, counts, out=np.full_like(totals, math.nan), where=counts > 0), counts
 
 
-def _locate_sr_on_bon_curve(summary: pd.DataFrame, draws: pd.DataFrame, confidence_level: float) -> pd.DataFrame:
-    bon = summary[summary["method"] == "bon"]
-    sr = summary[summary["method"] == "sr"].reset_index(drop=True)
-    located = [interpolate_log_compute(bon["relative_compute"], bon["improvement"], t) for t in sr["improvement"]]
-    sr["bon_equivalent_compute"] = [where.compute for where in located]
-    sr["bon_equivalent_status"] = [where.status for where in located]
-    sr["bon_equivalent_compute_extrapolated"] = [where.extrapolated for where in located]
-    sr["compute_speedup"] = sr["bon_equivalent_compute"] / sr["relative_compute"]
-    sr["compute_speedup_extrapolated"] = sr["bon_equivalent_compute_extrapolated"] / sr["relative_compute"]
+def _locate_on_bon_curve(summary: pd.DataFrame, draws: pd.DataFrame, confidence_level: float) -> pd.DataFrame:
+    bon = summary[summary["method"] == BON]
+    points = summary[summary["method"] != BON].reset_index(drop=True)  # every other method's configurations
+    located = [interpolate_log_compute(bon["relative_compute"], bon["improvement"], t) for t in points["improvement"]]
+    points["bon_equivalent_compute"] = [where.compute for where in located]
+    points["bon_equivalent_status"] = [where.status for where in located]
+    points["bon_equivalent_compute_extrapolated"] = [where.extrapolated for where in located]
+    points["compute_speedup"] = points["bon_equivalent_compute"] / points["relative_compute"]
+    points["compute_speedup_extrapolated"] = points["bon_equivalent_compute_extrapolated"] / points["relative_compute"]
     interval_columns = ["bon_equivalent_compute_lo", "bon_equivalent_compute_hi", "compute_speedup_lo",
                         "compute_speedup_hi", "bon_equivalent_in_range_frac", "bon_equivalent_above_frac",
                         "bon_equivalent_below_frac", "compute_speedup_lo_is_bound", "compute_speedup_hi_is_bound"]
     for column in interval_columns:
-        sr[column] = False if column.endswith("_is_bound") else math.nan
-    if draws.empty or sr.empty:
-        return sr
+        points[column] = False if column.endswith("_is_bound") else math.nan
+    if draws.empty or points.empty:
+        return points
 
     def by_resample(rows: pd.DataFrame, column: str) -> np.ndarray:
         return rows.pivot(index="method_label", columns="resample", values=column).to_numpy(dtype=float)
 
-    bon_draws = draws[draws["method"] == "bon"]
+    bon_draws = draws[draws["method"] == BON]
     curve_x, curve_y = by_resample(bon_draws, "relative_compute"), by_resample(bon_draws, "improvement")
     tail = (1.0 - confidence_level) / 2.0
-    for row, label in enumerate(sr["method_label"]):
+    for row, label in enumerate(points["method_label"]):
         mine = draws[draws["method_label"] == label].sort_values("resample")
         compute, status, _ = locate_on_curves(curve_x, curve_y, mine["improvement"].to_numpy(dtype=float))
         above, below = status == "above_range", status == "below_range"
@@ -431,10 +464,10 @@ def _locate_sr_on_bon_curve(summary: pd.DataFrame, draws: pd.DataFrame, confiden
         speedup = censored / mine["relative_compute"].to_numpy(dtype=float)
         (low, high), = percentile_interval(censored, confidence_level)
         (speed_low, speed_high), = percentile_interval(speedup, confidence_level)
-        sr.loc[row, interval_columns[:-2]] = [low, high, speed_low, speed_high, (status == "interpolated").mean(),
-                                              above.mean(), below.mean()]
-        sr.loc[row, interval_columns[-2:]] = [bool(below.mean() > tail), bool(above.mean() > tail)]
-    return sr
+        points.loc[row, interval_columns[:-2]] = [low, high, speed_low, speed_high,
+                                                  (status == "interpolated").mean(), above.mean(), below.mean()]
+        points.loc[row, interval_columns[-2:]] = [bool(below.mean() > tail), bool(above.mean() > tail)]
+    return points
 
 
 def _extrapolate(x_a: np.ndarray, y_a: np.ndarray, x_b: np.ndarray, y_b: np.ndarray, target: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
 """The headline page, ``results/summary.md``: ``analysis.headline``'s tables as Markdown (per
-pair a statement of the best α, the table of every SR configuration, the tokens saved, adaptive SR
-against fixed α, and the notes a reader needs), and the same page as reStructuredText for the
-report's front page (``markdown_to_rst``). Formatting only: every number comes from the inputs.
+pair a statement of each method's best setting, the table of every setting of every method, the
+tokens saved, adaptive SR against fixed α, and the notes a reader needs), and the same page as
+reStructuredText for the report's front page (``markdown_to_rst``). Formatting only: every
+number comes from the inputs.
 """
 
 import math
@@ -10,7 +11,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.headline import PAIR
+from analysis.settings import method_name
 from analysis.tables import MISSING, format_ratio, render_markdown
+
+FIXED_ALPHA, ADAPTIVE = "sr", "sr-adaptive"  # the methods of the adaptive section (paper §6)
 
 
 def render_headline_markdown(
@@ -23,25 +27,32 @@ def render_headline_markdown(
     survival: pd.DataFrame | None = None,
     fits: pd.DataFrame | None = None,
 ) -> str:
-    """The headline page: per pair a statement of the best α, the table of every α, the token
-    savings, and the notes a reader needs (prompts used, zero-spread prompts, out-of-range
-    points, the equal-N assumption); then the intervals' confidence level and resamples.
+    """The headline page: per pair one statement per method (its best setting and the speedup
+    at equal score, or where it lands outside the Best-of-N curve), the table of every setting,
+    the token savings, and the notes a reader needs (prompts used, zero-spread prompts,
+    out-of-range points, the equal-N assumption); then the intervals' confidence level and
+    resamples.
 
-    With adaptive SR runs, a pair also gets an "Adaptive rejection" section from ``adaptive``
-    (``analysis.adaptive_study.against_fixed_alpha`` with a ``pair`` column), ``survival``
-    (``survival_at_equal_tokens`` with ``pair``) and ``fits`` (``fits_table`` with ``pair``)."""
-    intro = ("Per generator / reward pair: the best Speculative Rejection (SR) rejection rate α — the "
-             "largest speedup at equal score among the α whose score lies inside the measured "
-             "Best-of-N curve — then every α, then the tokens SR saves.")
+    With adaptive SR runs (method "sr-adaptive"), a pair also gets an "Adaptive rejection"
+    section from ``adaptive`` (``analysis.adaptive_study.against_fixed_alpha`` with a ``pair``
+    column), ``survival`` (``survival_at_equal_tokens`` with ``pair``) and ``fits``
+    (``fits_table`` with ``pair``)."""
+    intro = ("Per generator / reward pair and per method: its best setting — the largest speedup at equal "
+             "score among the method's settings whose score lies inside the measured Best-of-N curve — then "
+             "every setting, then the tokens each saves.")
     lines = [f"# {title}", "", intro, ""]
     score_name = "eq. 8" if normalization == "bon_min_range" else "improvement, Best-of-N-range normalisation"
     for pair, rows in headline.groupby(PAIR, sort=False):
         rows = rows.reset_index(drop=True)
-        lines += [f"## {pair}", "", _statement(rows, score_name), "", _alpha_table(rows).rstrip("\n"), ""]
+        lines += [f"## {pair}", ""]
+        for _, mine in rows.groupby("method", sort=False):
+            lines += [_statement(mine.reset_index(drop=True), score_name), ""]
+        lines += [_settings_table(rows).rstrip("\n"), ""]
         if savings is not None and not savings.empty and pair in set(savings[PAIR]):
-            lines += [_token_line(savings[savings[PAIR] == pair].reset_index(drop=True)), ""]
+            for _, mine in savings[savings[PAIR] == pair].groupby("method", sort=False):
+                lines += [_token_line(mine.reset_index(drop=True)), ""]
         lines += [f"- {note}" for note in _pair_notes(rows, score_name)] + [""]
-        if rows["delta"].notna().any():
+        if (rows["method"] == ADAPTIVE).any():
             lines += _adaptive_section(rows, *(_of_pair(frame, pair) for frame in (adaptive, survival, fits)))
     lines += ["## Notes", ""] + [f"- {note}" for note in _global_notes(headline, savings, normalization,
                                                                         correlation_resamples)]
@@ -54,14 +65,16 @@ def render_headline_markdown(
 
 
 def _statement(rows: pd.DataFrame, score_name: str) -> str:
+    """One method's paragraph: its best setting against Best-of-N."""
     bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
+    name = method_name(rows["method"].iloc[0])
     bests = rows[rows["best"]]
     if bests.empty:
-        return "No SR α has a finite score on this pair: nothing to compare."
+        return f"No setting of {name} has a finite score on this pair: nothing to compare."
     best = bests.iloc[0]
     score = (f"**{best['method_label']}** scores {_with_ci(best, 'improvement', _score)} "
              f"({score_name}; {bon_min} = {_score(best['bon_min_improvement'])}) at "
-             f"{_with_ci(best, 'relative_compute', format_ratio, '×')} {bon_min}'s compute")
+             f"{_with_ci(best, 'relative_compute', format_ratio, '×')} {bon_min}'s compute{_flops(best)}")
     if best["in_range"]:
         speedup = best["compute_speedup"]
         saving = (f"{_with_ci(best, 'compute_speedup', format_ratio, '×')} less compute at equal score"
@@ -80,9 +93,18 @@ def _statement(rows: pd.DataFrame, score_name: str) -> str:
                           "outside the measured Best-of-N range, so no speedup at equal score is measured for "
                           f"{'it' if len(higher) == 1 else 'them'} (see the table and notes).")
         return statement
-    return (f"No SR α lands inside the measured Best-of-N curve ({bon_min} = {_score(best['bon_min_improvement'])} "
-            f"to {bon_max} = {_score(best['bon_max_improvement'])}). The highest-scoring: {score}, "
-            f"{_where(best, bon_min, bon_max)}, so no measured Best-of-N matches it. {_extrapolation(best)}")
+    return (f"No setting of {name} lands inside the measured Best-of-N curve ({bon_min} = "
+            f"{_score(best['bon_min_improvement'])} to {bon_max} = {_score(best['bon_max_improvement'])}). Its "
+            f"highest-scoring: {score}, {_where(best, bon_min, bon_max)}, so no measured Best-of-N matches it. "
+            f"{_extrapolation(best)}")
+
+
+def _flops(row: pd.Series) -> str:
+    """" (0.8× [0.7, 0.9] its FLOPs)" beside a compute ratio; "" without FLOP counts."""
+    value = row.get("relative_flops", math.nan)
+    if not np.isfinite(value):
+        return ""
+    return f" ({_with_ci(row, 'relative_flops', format_ratio, '×')} its FLOPs)"
 
 
 def _of_pair(frame: pd.DataFrame | None, pair: str) -> pd.DataFrame:
@@ -96,13 +118,13 @@ def _adaptive_section(rows: pd.DataFrame, against: pd.DataFrame, survival: pd.Da
     """Adaptive SR (paper §6) against fixed α: at equal compute on Figure 3, and the best
     response's survival at equal tokens on the correlation study's responses."""
     lines = ["### Adaptive rejection (paper §6)", "",
-             "SR with the adaptive rule (`--rejection adaptive`): at each decision a row is halted when even an "
+             ("SR with the adaptive rule (`--rejection adaptive`): at each decision a row is halted when even an "
              "optimistic projection of its final reward falls below a pessimistic projection of the best row's; "
              "δ bounds, per round and under the fitted linear model, the chance of halting the row that would "
              "have ended best. Its rows in the table above are located on the same Best-of-N curve with the same "
-             "resamples.", ""]
-    best = rows[rows["best"]]
-    for _, row in rows[rows["delta"].notna()].iterrows():
+             "resamples."), ""]
+    best = rows[rows["best"] & (rows["method"] == FIXED_ALPHA)]
+    for _, row in rows[rows["method"] == ADAPTIVE].iterrows():
         text = (f"**{row['method_label']}**: {_with_ci(row, 'improvement', _score)} at "
                 f"{_with_ci(row, 'relative_compute', format_ratio, '×')} compute; speedup at equal score "
                 + (_with_ci(row, "compute_speedup", format_ratio, "×") if row["in_range"] else
@@ -117,14 +139,14 @@ def _adaptive_section(rows: pd.DataFrame, against: pd.DataFrame, survival: pd.Da
         lines += [f"- {text}."]
     lines.append("")
     if not survival.empty:
-        lines += ["Does the best response survive the first cuts? On the correlation study's responses, the "
+        lines += [("Does the best response survive the first cuts? On the correlation study's responses, the "
                   "adaptive rule at each δ against the fixed α that keeps as many rows on average (the same tokens "
-                  "after the decision):", "", _survival_table(survival).rstrip("\n"), ""]
+                  "after the decision):"), "", _survival_table(survival).rstrip("\n"), ""]
     if not fits.empty:
         fit_text = "; ".join(f"τ={int(f['tau'])}: slope {f['slope']:.2f}, σ {f['sigma']:.3f}, 2σ/slope "
                              f"{f['margin_per_z']:.3f}" for _, f in fits.iterrows())
-        lines += [f"- Fit (final on partial reward, within prompts; {int(fits['prompts'].max())} held-out prompts, "
-                  f"not the study's): {fit_text}.", ""]
+        lines += [(f"- Fit (final on partial reward, within prompts; {int(fits['prompts'].max())} held-out prompts, "
+                  f"not the study's): {fit_text}."), ""]
     return lines
 
 
@@ -190,8 +212,9 @@ def _extrapolation(row: pd.Series) -> str:
             f"a speedup of ≈ {format_ratio(row['compute_speedup_extrapolated'])}× (extrapolated).")
 
 
-def _alpha_table(rows: pd.DataFrame) -> str:
+def _settings_table(rows: pd.DataFrame) -> str:
     bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
+    flops = "relative_flops" in rows.columns and np.isfinite(rows["relative_flops"].astype(float)).any()
     cells = {}
     for _, row in rows.iterrows():
         label = f"**{row['method_label']}** (best)" if row["best"] else row["method_label"]
@@ -200,6 +223,7 @@ def _alpha_table(rows: pd.DataFrame) -> str:
         cells[label] = {
             "score": _with_ci(row, "improvement", _score),
             f"compute (× {bon_min})": _with_ci(row, "relative_compute", format_ratio),
+            **({f"FLOPs (× {bon_min})": _with_ci(row, "relative_flops", format_ratio)} if flops else {}),
             f"BoN-equivalent compute (× {bon_min})": (
                 _with_ci(row, "bon_equivalent_compute", format_ratio) if inside
                 else _maybe(extrapolated, row["bon_equivalent_compute_extrapolated"], format_ratio)),
@@ -215,20 +239,22 @@ def _alpha_table(rows: pd.DataFrame) -> str:
                                                              row["bon_equivalent_status"]),
         }
     table = pd.DataFrame.from_dict(cells, orient="index")
-    table.index.name = "SR"
+    table.index.name = "Setting"
     return render_markdown(table)
 
 
 def _token_line(savings: pd.DataFrame) -> str:
+    """The tokens one method saved on a pair, beside the oracle bound."""
     first = savings.iloc[0]
+    name = method_name(first["method"]) if "method" in savings.columns else "SR"
     token = first["first_decision_token"]
     low, high = first["first_decision_token_min"], first["first_decision_token_max"]
     if not np.isfinite(token):
-        decision = "SR's first decision token was not recorded"
+        decision = f"{name}'s first decision token was not recorded"
     else:
         spread = f"; tokens {_n(low)}–{_n(high)} across prompts" if low != high else ""
         origin = "" if first["decision_token_source"] == "rounds" else ", taken as min_tokens: rounds not recorded"
-        decision = (f"SR's first rejection comes at token {_n(token)} (b_init = {_n(first['init_batch_size'])}, "
+        decision = (f"{name}'s first rejection comes at token {_n(token)} (b_init = {_n(first['init_batch_size'])}, "
                     f"min_tokens = {_n(first['min_tokens'])}{spread}{origin})")
     if not first["correlation_taus"]:
         oracle = "no correlation study covers this pair, so there is no oracle bound"
@@ -246,9 +272,10 @@ def _token_line(savings: pd.DataFrame) -> str:
                       + bound.replace("stops there", "stops at that τ"))
     actual = "; ".join(
         f"{row['method_label']} {_with_ci(row, 'tokens_saved_frac', _percent)}" for _, row in savings.iterrows())
-    return (f"**Tokens.** {decision}; {oracle}. SR saved, of the tokens Best-of-{_n(first['init_batch_size'])} "
-            f"would generate running every candidate to completion on the same prompt (mean response length "
-            f"from Bo{_n(first['reference_bon_n'])}'s candidates; {int(first['n_prompts'])} prompts): {actual}.")
+    return (f"**Tokens ({name}).** {decision}; {oracle}. {name} saved, of the tokens "
+            f"Best-of-{_n(first['init_batch_size'])} would generate running every candidate to completion on the "
+            f"same prompt (mean response length from Bo{_n(first['reference_bon_n'])}'s candidates; "
+            f"{int(first['n_prompts'])} prompts): {actual}.")
 
 
 def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
@@ -278,11 +305,10 @@ def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
     notes.append(f"≈ Bo-N is BoN-equivalent compute × {int(first['bon_min_n'])} (N of {bon_min}), which assumes "
                  f"Best-of-N's compute grows in proportion to N. Measured compute (× {bon_min}): "
                  f"{first['bon_ladder']}.")
-    best = rows[rows["best"] & rows["in_range"]]
-    if not best.empty:
-        by_score, by_compute = best["equivalent_n_by_score"].iloc[0], best["equivalent_n"].iloc[0]
+    for _, best in rows[rows["best"] & rows["in_range"]].iterrows():
+        by_score, by_compute = best["equivalent_n_by_score"], best["equivalent_n"]
         if np.isfinite(by_score) and abs(by_score / by_compute - 1) > 0.1:
-            notes.append(f"Read on the N axis instead (no compute assumption), {best['method_label'].iloc[0]} "
+            notes.append(f"Read on the N axis instead (no compute assumption), {best['method_label']} "
                          f"matches ≈ Bo{_n(by_score)}, not Bo{_n(by_compute)}: Best-of-N's compute is not "
                          "proportional to N here, and the compute figures are the measured ones.")
     return notes
@@ -295,9 +321,10 @@ def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normaliz
         level, resamples = headline["confidence_level"].iloc[0], int(headline["bootstrap_resamples"].iloc[0])
         notes.append(f"Brackets: {level:.0%} percentile intervals from a prompt-level paired bootstrap "
                      f"({resamples} resamples of the prompts, the same for every configuration of a pair; the "
-                     "tokens SR saved use their own resamples, shared by the α of a pair). Intervals of the "
-                     "BoN-equivalent compute, ≈ Bo-N and the speedup at equal score are over every resample; "
-                     "where SR lands beyond that resample's Best-of-N curve its BoN-equivalent is censored at the "
+                     "tokens saved use their own resamples, shared by the settings of a method on a pair). "
+                     "Intervals of the BoN-equivalent compute, ≈ Bo-N and the speedup at equal score are over "
+                     "every resample; where a setting lands beyond that resample's Best-of-N curve its "
+                     "BoN-equivalent is censored at the "
                      "curve's end, which keeps a lower limit conservative (the \"in range\" column gives the "
                      "share of resamples inside).")
     if normalization == "bon_min_range":
@@ -307,13 +334,18 @@ def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normaliz
     else:
         notes.append(f"Score: improvement under the {normalization!r} normalisation (not the paper's eq. 8).")
     notes.append("Compute: summed shards × wall-clock seconds over the prompts, relative to Bo-N_min (eq. 7). "
-                 "BoN-equivalent compute: the Best-of-N compute reaching SR's score, interpolated linearly in "
-                 "log compute between the measured Best-of-N points; outside them it is extrapolated from the end "
-                 "segment and marked so, never reported as a measurement.")
+                 "BoN-equivalent compute: the Best-of-N compute reaching a setting's score, interpolated linearly "
+                 "in log compute between the measured Best-of-N points; outside them it is extrapolated from the "
+                 "end segment and marked so, never reported as a measurement.")
+    if "relative_flops" in headline.columns and np.isfinite(headline["relative_flops"].astype(float)).any():
+        notes.append("FLOPs: the records' FLOP counts from the models' shapes (every prefill, generated and scored "
+                     "token; specrej.flops) summed over the prompts, relative to Bo-N_min's — eq. 7 in FLOPs "
+                     "instead of seconds, with the same paired resamples; \"--\" where a run has no count.")
     if savings is not None and not savings.empty:
         oracle = ("The oracle bound's interval is the correlation study's own percentile bootstrap"
                   + (f" ({correlation_resamples} resamples)" if correlation_resamples else "") +
-                  "; it is measured on the correlation study's candidates, SR's savings on its b_init candidates: "
+                  "; it is measured on the correlation study's candidates, a method's savings on its b_init "
+                  "candidates: "
                   "both are shares of the tokens of generating every candidate to completion.")
         notes.append(oracle)
     return notes

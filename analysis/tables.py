@@ -1,23 +1,25 @@
 """The paper's Tables 1–2 as DataFrames, and writers for CSV, Markdown and LaTeX
 (``write_table``; ``write_table1`` adds Table 1's judge, status and notes).
 
-Both tables have one row per method (index named "Method", in the order the methods first
-appear in the input, so the caller decides it) and, per generator, one column per metric,
-named ``"<generator> <metric>"``, followed by ``"Average <metric>"``: the mean over
-generators.  The average is NaN when a generator lacks that method, rather than an average
+Both tables have one row per method setting (index named "Method": its ``method_label``, in
+the order the labels first appear in the input, so the caller decides it) and, per generator,
+one column per metric, named ``"<generator> <metric>"``, followed by ``"Average <metric>"``:
+the mean over generators.  The average is NaN when a generator lacks that method, rather than an average
 over a different set of generators than its neighbours.
 
-Input contracts (one row per generator × method; ``method_label`` as made by
-``analysis.metrics.method_label``, e.g. "Bo120", "SR α=0.5"):
+Input contracts (one row per generator × method setting; ``method_label`` the setting's label,
+``analysis.io.record_configuration``, e.g. "Bo120", "SR α=0.5", "Random SR α=0.5", or any
+method's own):
 
     Table 1: generator, method_label, win_rate, lc_win_rate
         win_rate / lc_win_rate: win-rate and length-controlled win-rate in percent against
         the Bo-N_min reference (which therefore scores 50).
-    Table 2: generator, method_label, perplexity, speedup_vs_largest_bon, and optionally
-        perplexity_lo/hi, speedup_vs_largest_bon_lo/hi
+    Table 2: generator, method_label, perplexity, speedup_vs_largest_bon, optionally
+        flops_speedup_vs_largest_bon, and optionally perplexity_lo/hi, speedup_vs_largest_bon_lo/hi,
+        flops_speedup_vs_largest_bon_lo/hi
         ``analysis.metrics.method_summary(runs, by=["generator"])`` output for runs under the
-        log-prob reward: mean perplexity of the returned responses and compute speedup, with
-        their bootstrap confidence intervals.
+        log-prob reward: mean perplexity of the returned responses, compute speedup and FLOP
+        speedup against the largest Best-of-N, with their bootstrap confidence intervals.
 
 A metric given with ``<metric>_lo`` / ``<metric>_hi`` gets columns ``"<generator> <metric> lo"``
 and ``"... hi"`` beside its own: the CSV keeps them as numbers, the Markdown and LaTeX show
@@ -34,7 +36,8 @@ import pandas as pd
 from analysis._columns import require_columns
 
 TABLE1_METRICS = {"win_rate": "WR", "lc_win_rate": "LC WR"}
-TABLE2_METRICS = {"perplexity": "PPL", "speedup_vs_largest_bon": "Speedup"}
+TABLE2_METRICS = {"perplexity": "PPL", "speedup_vs_largest_bon": "Speedup",
+                  "flops_speedup_vs_largest_bon": "FLOP speedup"}
 MISSING = "--"
 INTERVAL_SUFFIXES = (" lo", " hi")
 NOT_EVALUATED = "not evaluated"  # a Table 1 cell's note when it was not judged: "not evaluated: <reason>"
@@ -47,7 +50,10 @@ def table1_win_rates(win_rates: pd.DataFrame) -> pd.DataFrame:
 
 
 def table2_perplexity_speedup(summary: pd.DataFrame) -> pd.DataFrame:
-    """Table 2: perplexity and speedup per method and generator, plus the average."""
+    """Table 2: perplexity, speedup and FLOP speedup per method setting and generator, plus the
+    average.  A summary without ``flops_speedup_vs_largest_bon`` (no FLOP counts) gets "--" there."""
+    if "flops_speedup_vs_largest_bon" not in summary.columns:
+        summary = summary.assign(flops_speedup_vs_largest_bon=np.nan)
     return _by_generator(summary, TABLE2_METRICS)
 
 
@@ -93,11 +99,12 @@ def render_markdown(table: pd.DataFrame, decimals: int = 1) -> str:
 
 
 def render_latex(table: pd.DataFrame, decimals: int = 1) -> str:
-    """A booktabs LaTeX tabular; α in method labels becomes ``$\\alpha$`` so pdflatex copes."""
+    """A booktabs LaTeX tabular; α and δ in method labels become ``$\\alpha$`` and ``$\\delta$``
+    so pdflatex copes."""
     latex = table.to_latex(
         float_format=lambda value: f"{value:.{decimals}f}", na_rep=MISSING, escape=True
     )
-    return latex.replace("α", r"$\alpha$")
+    return latex.replace("α", r"$\alpha$").replace("δ", r"$\delta$")
 
 
 def write_table(table: pd.DataFrame, path_stem: str | Path, decimals: int = 1) -> list[Path]:

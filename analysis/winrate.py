@@ -30,7 +30,7 @@ import pandas as pd
 from analysis.alpaca_eval_adapter import MINIMAL_GLM, import_alpaca_eval, judge_pairs, usable_judge
 from analysis.io import best_candidate, load_trajectories, record_configuration
 from analysis.judge_registry import AUTO, JudgeUnavailable, PairJudge, judge_name, resolve_judge
-from analysis.metrics import method_label
+from analysis.settings import BON, configuration_order, distinct_labels
 from analysis.tables import NOT_EVALUATED, REFERENCE_NOTE
 
 TABLE1_INPUT_COLUMNS = [
@@ -135,12 +135,18 @@ def _single_generator(frame: pd.DataFrame, side: str) -> str:
 
 # ------------------------------------------------------------------------------------- Table 1
 def group_by_method(records: Iterable[dict]) -> dict[str, list[dict]]:
-    """Trajectory records keyed by ``method_label`` (``Bo120``, ``SR α=0.5``), in first-seen order."""
-    groups: dict[str, list[dict]] = {}
+    """Trajectory records keyed by their setting's label (``Bo120``, ``SR α=0.5``, any method's
+    own; ``analysis.io.record_configuration``), one key per (method, setting), in Table 1's order:
+    Best-of-N by N, then the other methods by name and their settings by label
+    (``analysis.settings.configuration_order``). Two settings sharing a label are told apart as
+    in the other tables (``analysis.settings.distinct_labels``)."""
+    groups: dict[tuple, list[dict]] = {}
     for record in records:
-        label = method_label(*record_configuration(record))
-        groups.setdefault(label, []).append(record)
-    return groups
+        method, n, setting, label = record_configuration(record)
+        groups.setdefault((method, setting), [n, label, []])[2].append(record)
+    keys = sorted(groups, key=lambda key: configuration_order(key[0], groups[key][0], groups[key][1], key[1]))
+    labels = distinct_labels([(method, setting, groups[(method, setting)][1]) for method, setting in keys])
+    return {label: groups[key][2] for label, key in zip(labels, keys, strict=True)}
 
 
 def runs_by_method_from_files(paths: Iterable[str | Path]) -> dict[str, list[dict]]:
@@ -163,8 +169,9 @@ def bon_min_label(runs_by_method: Mapping[str, Iterable[dict]]) -> str:
     bon = {}
     for label, records in runs_by_method.items():
         for record in records:
-            if record.get("method") == "bon":
-                bon[label] = min(bon.get(label, math.inf), record.get("params", {}).get("n", math.inf))
+            method, n, _, _ = record_configuration(record)
+            if method == BON and n is not None:
+                bon[label] = min(bon.get(label, math.inf), n)
     if not bon:
         raise ValueError("no Best-of-N run to use as the Bo-N_min reference; pass reference_label")
     return min(bon, key=bon.get)

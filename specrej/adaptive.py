@@ -267,6 +267,9 @@ class AdaptiveCut:
         self.previous = dict(zip(ids, scores))
         return keep, record
 
+    def priority(self, ids: Sequence, scores: Sequence[float]) -> list[float]:
+        return list(scores)
+
     def describe(self) -> dict:
         return {"rule": "adaptive", "delta": self.delta, "correction": self.correction,
                 "fit": "study" if self.fits else "online", "fallback_alpha": self.fallback_alpha}

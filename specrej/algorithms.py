@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import os
 import time
@@ -107,8 +106,32 @@ class Result:
         }
 
 
-# the rows of the first batch of the algorithm running in this context (see `_measured`)
-_batch_rows: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("specrej_batch_rows", default=None)
+class BatchOutOfMemory(Exception):
+    """Out of memory (CUDA, or the host) during a prompt's run: `rows` is the first batch the run
+    started (None: it failed before any, e.g. in the prefill), `detail` the error in one line.
+    `api.run_loaded` retries the prompt with half that batch."""
+
+    def __init__(self, rows: int | None, detail: str):
+        super().__init__(f"out of memory with a batch of {rows}: {detail}")
+        self.rows, self.detail = rows, detail
+
+
+def _typed_out_of_memory(step):
+    """A `_Run` step whose out-of-memory error becomes `BatchOutOfMemory` with the run's first
+    batch; raised after the except block, so the failed step's frames (its tensors) are gone."""
+
+    @functools.wraps(step)
+    def run_step(self, *args, **kwargs):
+        try:
+            return step(self, *args, **kwargs)
+        except Exception as error:
+            if not is_out_of_memory(error):
+                raise
+            failure = BatchOutOfMemory(self.first_batch, f"{type(error).__name__}: "
+                                                         f"{str(error).splitlines()[0] if str(error) else ''}")
+        raise failure
+
+    return run_step
 
 
 def _measured(algorithm):
@@ -117,32 +140,28 @@ def _measured(algorithm):
     measure_memory: True, False, or None (the default): the environment variable
     SPECREJ_MEASURE_MEMORY (1 / 0) if set, else on for CUDA (the allocator's statistics cost
     nothing) and off on CPU (budget.StorageTracker intercepts every op: about 10-20 % more time
-    for batches of 16-64 rows of SmolLM2, which would bias timings).
-
-    An out-of-memory error leaves with `rows`: the size of the first batch it started (None if
-    it failed before any), which `api.run_one` halves to retry."""
+    for batches of 16-64 rows of SmolLM2, which would bias timings)."""
 
     @functools.wraps(algorithm)
     def run(engine: Engine, *args, measure_memory: bool | None = None, **kwargs) -> Result:
         if measure_memory is None:
             setting = os.environ.get("SPECREJ_MEASURE_MEMORY", "").strip()
             measure_memory = setting not in ("0", "false") if setting else engine.device.type == "cuda"
-        rows: list[int] = []
-        token = _batch_rows.set(rows)
         meter = PeakMemory(engine.device) if measure_memory else None
-        try:
-            with meter or contextlib.nullcontext():
-                result = algorithm(engine, *args, **kwargs)
-        except Exception as error:
-            if is_out_of_memory(error):
-                error.rows = rows[0] if rows else None
-            raise
-        finally:
-            _batch_rows.reset(token)
+        with meter or contextlib.nullcontext():
+            result = algorithm(engine, *args, **kwargs)
         result.measured_peak_bytes = meter.peak_bytes if meter else None
         return result
 
     return run
+
+
+def memory_guard(going_on: Sequence[Candidate], priority: dict[int, float], room: int | None
+                 ) -> tuple[list[Candidate], list[Candidate]]:
+    """The rows a cut let go on, split into those that fit `room` more rows (None: all) and those
+    halted because they do not: the lowest `priority` are halted first (ties: the highest id)."""
+    order = sorted(going_on, key=lambda c: (-priority[c.id], c.id))
+    return (order, []) if room is None else (order[:room], order[room:])
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -209,11 +228,11 @@ def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha:
         batch = run.score_batch(rollout)  # line 6, eq. 3: live rows and newly completed responses
         scores = [c.round_scores[-1] for c in batch]
         keep, why = cut([c.id for c in batch], scores, rollout.length)  # eq. 4-5: every score >= r_cut
-        going_on = [c for c, ok in zip(batch, keep) if ok and not c.complete]
         # line 7: completed responses are already in I. Memory guard: if the cut freed too little,
-        # the lowest-scoring survivors that cannot take one more token are halted too.
-        guard = going_on[capacity // (rollout.length + 1):] if rollout.needs_room else []
-        going_on = going_on[:len(going_on) - len(guard)]
+        # the survivors the cut ranks lowest that cannot take one more token are halted too.
+        priority = dict(zip((c.id for c in batch), cut.priority([c.id for c in batch], scores)))
+        going_on, guard = memory_guard([c for c, ok in zip(batch, keep) if ok and not c.complete], priority,
+                                       capacity // (rollout.length + 1) if rollout.needs_room else None)
         rounds.append(Round(decision_token=rollout.length, batch_before=rollout.num_rows, batch_after=len(going_on),
                             ranked=len(batch), kept=why.get("kept", sum(keep)), accepted=sum(keep),
                             cutoff=why["cutoff"], memory_guard_halted=len(guard), rule=why))
@@ -242,7 +261,9 @@ def check_alpha(alpha: float | None, name: str = "alpha", what: str = "") -> Non
 class _Run:
     """Book-keeping shared by both algorithms for one prompt: candidates, timers, counters."""
 
+    @_typed_out_of_memory
     def __init__(self, engine: Engine, reward: Reward, prompt: str, sampling: SamplingParams, seed: int):
+        self.first_batch: int | None = None  # rows of the first batch started (BatchOutOfMemory.rows)
         if not prompt.strip():
             raise SpecrejError("empty prompt")
         self.started = time.perf_counter()
@@ -272,11 +293,11 @@ class _Run:
                                f"the prompt; one response of max_new_tokens={self.sampling.max_new_tokens} needs more")
         return capacity
 
+    @_typed_out_of_memory
     def start(self, rows: int, max_len: int) -> Rollout:
         self._release()  # a finished batch's cache is freed before the next one is allocated
-        batch_rows = _batch_rows.get()
-        if batch_rows is not None:
-            batch_rows.append(rows)
+        if self.first_batch is None:
+            self.first_batch = rows
         self.max_rows = max(self.max_rows, rows)
         first = len(self.candidates)
         self.candidates += [Candidate(first + i) for i in range(rows)]
@@ -284,6 +305,7 @@ class _Run:
         self.rollouts.append(rollout)
         return rollout
 
+    @_typed_out_of_memory
     def generate(self, rollout: Rollout, capacity: int, decision_tokens: set[int] = frozenset()) -> None:
         """Decode until every row is complete, memory runs short, or a scheduled decision token."""
         tic = time.perf_counter()
@@ -292,6 +314,7 @@ class _Run:
         self.decided_at.add(rollout.length)
         self.generate_s += time.perf_counter() - tic
 
+    @_typed_out_of_memory
     def score_batch(self, rollout: Rollout) -> list[Candidate]:
         """Score the round's batch, best first: the live rows' partial responses and the responses
         completed since the last round (their partial score is their final score, eq. 3)."""
@@ -315,6 +338,7 @@ class _Run:
             if not rollout.released:
                 rollout.release()
 
+    @_typed_out_of_memory
     def finish(self, method: str, params: dict, rounds: Sequence[Round] = ()) -> Result:
         self._release()
         self._score_final([c for c in self.candidates if c.complete and c.final_score is None])

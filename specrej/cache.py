@@ -10,6 +10,8 @@ Rows decode in lock-step, so every live row holds the same number of generated t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -34,6 +36,19 @@ def moved_rows(order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     slots = torch.arange(order.numel(), device=order.device)
     moved = order != slots
     return order[moved], slots[moved]
+
+
+@dataclass
+class PromptKV:
+    """The prefilled prompt's KV as `KVCache.share_prompt` takes it (`llama.LlamaForward`'s
+    `decoding.PromptState`): per layer, k and v [kv_heads, prompt_len, head_dim]."""
+
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+
+    @property
+    def prompt_len(self) -> int:
+        return self.k[0].shape[1]
 
 
 class KVCache:
@@ -79,9 +94,9 @@ class KVCache:
         self.peak_bytes = max(self.peak_bytes, self.allocated_bytes + transient)
 
     # -- filling -------------------------------------------------------------------------
-    def share_prompt(self, prompt_k: list[torch.Tensor], prompt_v: list[torch.Tensor]) -> None:
+    def share_prompt(self, prompt: PromptKV) -> None:
         """Attach the prefilled prompt KV (one copy, whatever the number of rows)."""
-        self.prompt_k, self.prompt_v = prompt_k, prompt_v
+        self.prompt_k, self.prompt_v = prompt.k, prompt.v
         self._track()
 
     def free(self) -> None:

@@ -94,30 +94,38 @@ def build_parser() -> argparse.ArgumentParser:
                      help="generator: Hugging Face id, local directory, .gguf file, or 'default' (SmolLM2-135M-Instruct)")
     gen.add_argument("--reward", default="logprob",
                      help="'logprob', 'python:module:function', or a reward model id/directory")
-    gen.add_argument("--method", choices=["bon", "sr"], required=True)
-    gen.add_argument("--n", type=int, help="Best-of-N: number of responses")
-    gen.add_argument("--alpha", type=float, help="SR: fraction of responses halted at each decision token, in [0, 1)")
+    gen.add_argument("--method", required=True, metavar="METHOD",
+                     help="bon (Best-of-N), sr (Speculative Rejection), sr-adaptive (SR with the adaptive cut), "
+                          "sr-random (the random-halting control), or python:module:attribute (a "
+                          "specrej.methods.Method of your own); its parameters: the flags below, or --param")
+    gen.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                     help="a parameter of the method, e.g. --param budget=4 (repeatable; the flags below set the "
+                          "built-in methods' parameters of the same names)")
+    gen.add_argument("--n", type=int, help="bon: number of responses")
+    gen.add_argument("--alpha", type=float,
+                     help="sr, sr-random: fraction of responses halted at each decision token, in [0, 1); "
+                          "sr-adaptive: the cut of rounds without a fit (default 0.5)")
     gen.add_argument("--batch-size", type=int,
-                     help="BoN: responses per batch; SR: initial batch b_init (default: from the memory budget)")
+                     help="bon: responses per batch; sr: initial batch b_init (default: from the memory budget)")
     gen.add_argument("--memory-budget", type=_size,
                      help="KV-cache budget, e.g. 2GiB (default: CUDA free memory minus a margin; CPU: 1/4 of free RAM, at most 1GiB)")
-    gen.add_argument("--min-tokens", type=int, default=8, help="SR: tokens generated before the first rejection")
-    gen.add_argument("--max-init-batch", type=int, default=DEFAULT_MAX_INIT_BATCH,
-                     help="SR: cap on the default b_init = min(this, KV capacity // --min-tokens); the official "
-                          "code's 1000 (default: %(default)s)")
+    gen.add_argument("--min-tokens", type=int, help="sr: tokens generated before the first rejection (default 8)")
+    gen.add_argument("--max-init-batch", type=int,
+                     help="sr: cap on the default b_init = min(this, KV capacity // --min-tokens); the official "
+                          f"code's {DEFAULT_MAX_INIT_BATCH} (the default)")
     gen.add_argument("--rejection", choices=["alpha", "adaptive"], default="alpha",
-                     help="SR: 'alpha' halts the lowest alpha fraction each round (the paper, eq. 4-5); 'adaptive' "
-                          "halts a row when even an optimistic projection of its final reward falls below a "
-                          "pessimistic projection of the best row's (paper §6; specrej/adaptive.py), alpha being its "
-                          "fallback when no fit exists")
-    gen.add_argument("--delta", type=float, default=0.05,
-                     help="adaptive: the chance, per round and under the fitted model, of halting the row that "
-                          "would end best (0 = Best-of-N)")
+                     help="with --method sr: 'alpha' halts the lowest alpha fraction each round (the paper, eq. 4-5); "
+                          "'adaptive' is --method sr-adaptive: it halts a row when even an optimistic projection of "
+                          "its final reward falls below a pessimistic projection of the best row's (paper §6; "
+                          "specrej/adaptive.py), alpha being its fallback when no fit exists")
+    gen.add_argument("--delta", type=float,
+                     help="sr-adaptive: the chance, per round and under the fitted model, of halting the row that "
+                          "would end best (0 = Best-of-N; default 0.05)")
     gen.add_argument("--fit", metavar="PREFIXES.parquet",
-                     help="adaptive: a prefix table of this generator/reward pair (`specrej score-prefixes`) to fit "
-                          "final on partial reward per decision token; without it each prompt estimates online")
-    gen.add_argument("--decision-tokens", type=_ints, default=[],
-                     help="SR: extra decision tokens at fixed lengths, e.g. 16,32,64 (for studies)")
+                     help="sr-adaptive: a prefix table of this generator/reward pair (`specrej score-prefixes`) to "
+                          "fit final on partial reward per decision token; without it each prompt estimates online")
+    gen.add_argument("--decision-tokens", type=_ints,
+                     help="sr: extra decision tokens at fixed lengths, e.g. 16,32,64 (for studies)")
     gen.add_argument("--max-new-tokens", type=int, default=256)
     gen.add_argument("--temperature", type=float, default=1.0)
     gen.add_argument("--top-p", type=float, default=1.0)
@@ -216,32 +224,47 @@ def summarize(args: argparse.Namespace) -> None:
             print(f"  response ({best['num_tokens']} tokens):\n    " + text.replace("\n", "\n    ") + "\n")
 
 
-def generate(args: argparse.Namespace) -> int:
-    from .api import validate
-    from .io import read_prompts
+# the flags that set a method's parameter of the same name
+METHOD_FLAGS = ("n", "alpha", "batch_size", "min_tokens", "max_init_batch", "delta", "fit", "decision_tokens")
+
+
+def method_arguments(args: argparse.Namespace):
+    """The method and its checked parameters from the flags and --param NAME=VALUE (each parsed
+    by the method's own declaration), before any file is read or model loaded."""
+    from .api import resolve_method, validate
     from .sampling import SamplingParams
 
-    # every option, before a file is read or a model loaded (minutes): the checks run_prompts runs
+    method = resolve_method(args.method, args.rejection)
+    given = {name: getattr(args, name) for name in METHOD_FLAGS if getattr(args, name) is not None}
+    for text in args.param:
+        name, equals, value = text.partition("=")
+        if not equals or not name:
+            raise SpecrejError(f"--param must be NAME=VALUE, got {text!r}")
+        if name in given:
+            raise SpecrejError(f"{method.name}'s parameter {name!r} is given twice")
+        given[name] = method.param(name).parse(value)
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
-    validate(args.method, args.n, args.alpha, sampling=sampling, seed=args.seed, batch_size=args.batch_size,
-             memory_budget=args.memory_budget, min_tokens=args.min_tokens, max_init_batch=args.max_init_batch,
-             decision_tokens=args.decision_tokens, rejection=args.rejection, delta=args.delta, fits=args.fit,
-             reward_batch_size=args.reward_batch_size)
-    fits = None
-    if args.fit is not None:  # only with --rejection adaptive (validate)
-        import pandas as pd
+    method, params = validate(method, sampling=sampling, seed=args.seed, memory_budget=args.memory_budget,
+                              reward_batch_size=args.reward_batch_size, **given)
+    return method, params, sampling
 
-        from .adaptive import fit_from_prefix_table
 
-        try:
-            fits = fit_from_prefix_table(pd.read_parquet(args.fit))
-        except (OSError, ValueError, KeyError) as error:
-            raise SpecrejError(f"--fit {args.fit}: cannot fit from it ({error})") from error
+def generate(args: argparse.Namespace) -> int:
+    from .io import read_prompts
+
+    method, params, sampling = method_arguments(args)  # every option, before a file is read or a model loaded
+    method.kwargs(params)  # a file parameter (a fit) that cannot be read fails before loading too
+    from .api import output_settings
+    from .io import check_resume
+
+    settings = output_settings(method, params, model=args.model, reward=args.reward, seed=args.seed, sampling=sampling,
+                               memory_budget=args.memory_budget)
+    check_resume(args.out, settings, unknown=("dtype", "device"))  # known once the model is loaded
     prompts = read_prompts(args.prompts)
     if not prompts:
         raise SpecrejError(f"no prompts in {args.prompts}")
     try:
-        return _generate(args, prompts, sampling, fits)
+        return _generate(args, prompts, sampling, method, params)
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (`_signals_stop`): the lock is released
         print(f"specrej: interrupted after {_finished(args.out, prompts)} of {len(prompts)} prompts; {args.out} "
               "holds the finished ones; rerun the same command to resume", file=sys.stderr)
@@ -259,7 +282,7 @@ def _finished(out: str, prompts: list) -> int | str:
     return sum(item.prompt_id in done for item in prompts)
 
 
-def _generate(args: argparse.Namespace, prompts: list, sampling, fits: dict | None) -> int:
+def _generate(args: argparse.Namespace, prompts: list, sampling, method, params: dict) -> int:
     from .api import load_engine, run_prompts
     from .io import output_lock
     from .rewards import load_reward
@@ -269,12 +292,9 @@ def _generate(args: argparse.Namespace, prompts: list, sampling, fits: dict | No
                              trust_remote_code=args.trust_remote_code)
         reward = load_reward(args.reward, dtype=args.dtype, device=args.device,
                              trust_remote_code=args.trust_remote_code, batch_size=args.reward_batch_size)
-        writer = run_prompts(prompts, args.out, engine=engine, reward=reward, method=args.method,
+        writer = run_prompts(prompts, args.out, engine=engine, reward=reward, method=method,
                              model_name=args.model, reward_name=args.reward, seed=args.seed, sampling=sampling,
-                             n=args.n, alpha=args.alpha, batch_size=args.batch_size,
-                             memory_budget=args.memory_budget, min_tokens=args.min_tokens,
-                             max_init_batch=args.max_init_batch, decision_tokens=args.decision_tokens,
-                             rejection=args.rejection, delta=args.delta, fits=fits, progress=not args.no_progress)
+                             memory_budget=args.memory_budget, progress=not args.no_progress, **params)
     failed = [(item.prompt_id, writer.errors[item.prompt_id]) for item in prompts if item.prompt_id in writer.errors]
     if failed and len(failed) == len(prompts):
         prompt_id, error = failed[0]

@@ -1,25 +1,34 @@
-"""The decode loop, gpt-fast style: `prefill`, `decode_one_token`, `decode_n_tokens` as free
-functions over explicit tensors, and `Rollout`, the per-row scheduler they drive.
+"""The decode loop, gpt-fast style: `prefill`, `decode_one_token`, `sample`, `decode_n_tokens` as
+free functions over explicit tensors, and `Rollout`, the per-row scheduler they drive.
 
 The prompt is prefilled once and its KV shared by every row; rows decode in lock-step, and
 finished or halted rows are pruned out of the cache and all per-row state in place (no
 re-prefill, no re-tokenisation). The model is anything that implements `ForwardPass`
-(`llama.LlamaForward` for the architectures the engine knows).
+(`llama.LlamaForward` for the architectures the engine knows, `hf_forward.HFForward` for any
+other causal LM); a `Rollout` gets that forward pass, the stop tokens and the chunk sizes, and
+nothing else (`engine.Engine.rollout` hands them over).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
 from .cache import compaction_order, moved_rows
 from .sampling import SamplingParams, sample_next, token_logprobs
 
-if TYPE_CHECKING:
-    from .engine import Engine
+
+class PromptState(Protocol):
+    """A prefilled prompt's KV as the forward pass that ran it holds it (`ForwardPass.forward_prompt`),
+    for that forward pass's own `RowCache.share_prompt`: `cache.PromptKV` (per-layer k and v) for
+    `llama.LlamaForward`, `hf_forward.HFPromptCache` (the model's own cache object) for the
+    fallback. Opaque to the decode loop, and never modified: every batch of a prompt shares it."""
+
+    @property
+    def prompt_len(self) -> int: ...
 
 
 class RowCache(Protocol):
@@ -35,7 +44,7 @@ class RowCache(Protocol):
     @property
     def prompt_len(self) -> int: ...
 
-    def share_prompt(self, prompt_k: list[torch.Tensor], prompt_v: list[torch.Tensor]) -> None: ...
+    def share_prompt(self, prompt: PromptState) -> None: ...  # the state its own forward pass's forward_prompt made
 
     def allocate(self, rows: int, max_len: int) -> None: ...
 
@@ -53,6 +62,12 @@ class ForwardPass(Protocol):
     state that `logits` turns into next-token logits (H = hidden_size for the lm_head input);
     `Rollout` index-selects it when rows are pruned, as it does the cache."""
 
+    # which forward pass runs, for the records (a result's params["forward"]): "llama" (the
+    # engine's own, `llama.LlamaForward`) or "hf" (the fallback, `hf_forward.HFForward`)
+    kind: str
+    # forward_step takes any chunk of the cache's rows (first_row > 0); False: all live rows in one
+    # call, so a decode step's activations grow with the rows (`Engine.memory_margin` counts them)
+    chunked_decode: bool
     device: torch.device
     dtype: torch.dtype
     layers: Sequence  # the decoder layers; len(layers) is what the KV budget counts
@@ -64,9 +79,9 @@ class ForwardPass(Protocol):
 
     def new_cache(self) -> RowCache: ...
 
-    def forward_prompt(self, token_ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
-        """token_ids [1, P] -> the prompt's per-layer k and v (as `RowCache.share_prompt` takes
-        them) and the hidden state of its last token [1, H]."""
+    def forward_prompt(self, token_ids: torch.Tensor) -> tuple[PromptState, torch.Tensor]:
+        """token_ids [1, P] -> the prompt's KV (a `PromptState` that this forward pass's
+        `RowCache.share_prompt` takes) and the hidden state of its last token [1, H]."""
 
     def forward_step(self, cache: RowCache, tokens: torch.Tensor, pos: int, first_row: int = 0) -> torch.Tensor:
         """tokens [rows, 1] at generated position `pos` for the cache's rows first_row...: writes
@@ -78,20 +93,42 @@ class ForwardPass(Protocol):
 
     def prefill_bytes(self, prompt_len: int) -> int: ...  # the prompt's activations in forward_prompt
 
+    def extra_cache_bytes(self, prompt_len: int, rows: int) -> int:
+        """Bytes the cache of `rows` rows holds beyond what the KV budget counts (the prompt once,
+        kv_bytes_per_token per generated token of each row), e.g. rows' own copies of the prompt;
+        0 for a cache that holds exactly that (`cache.KVCache`)."""
+
 
 @dataclass
 class PrefilledPrompt:
     token_ids: list[int]
-    k: list[torch.Tensor]  # per layer [kv_heads, P, d]
-    v: list[torch.Tensor]
+    state: PromptState  # the prompt's KV, as its forward pass holds it (`RowCache.share_prompt` takes it)
     hidden: torch.Tensor  # [hidden] final hidden state of the last prompt token (lm_head input)
+
+    # deprecated: the fast path's per-layer prompt k and v (`cache.PromptKV`); read `state`
+    @property
+    def k(self) -> list[torch.Tensor]:
+        return self.state.k
+
+    @property
+    def v(self) -> list[torch.Tensor]:
+        return self.state.v
 
 
 @torch.inference_mode()
 def prefill(model: ForwardPass, prompt_ids: list[int]) -> PrefilledPrompt:
     """Run the prompt once (batch 1); its KV is then shared by every row that samples from it."""
-    k, v, hidden = model.forward_prompt(torch.tensor([prompt_ids], device=model.device))
-    return PrefilledPrompt(list(prompt_ids), k, v, hidden[0])
+    state, hidden = model.forward_prompt(torch.tensor([prompt_ids], device=model.device))
+    return PrefilledPrompt(list(prompt_ids), state, hidden[0])
+
+
+def decode_chunk_rows(model: ForwardPass, chunk_bytes: int, context_len: int) -> int:
+    """Rows fed through the model at once in a decode step with `context_len` tokens of KV: as many
+    as keep their activations (`model.decode_row_bytes`) within `chunk_bytes`, at least one; all
+    rows for a forward pass without chunked decode (the fallback)."""
+    if not model.chunked_decode:
+        return 2**62
+    return max(1, chunk_bytes // model.decode_row_bytes(context_len))
 
 
 @torch.inference_mode()
@@ -137,13 +174,33 @@ class Rollout:
     first dimension is the row, and is pruned together with the KV cache.
     """
 
-    def __init__(self, engine: Engine, prompt: PrefilledPrompt, rows: int, max_len: int,
-                 params: SamplingParams, generator: torch.Generator, first_candidate_id: int = 0):
-        self.engine, self.params, self.generator = engine, params, generator
-        self.cache = engine.new_cache()
-        self.cache.share_prompt(prompt.k, prompt.v)
+    def __init__(self, model: ForwardPass, prompt: PrefilledPrompt, rows: int, max_len: int,
+                 params: SamplingParams, generator: torch.Generator, first_candidate_id: int = 0, *,
+                 stop_token_ids: torch.Tensor | None = None, sample_chunk_rows: int | None = None,
+                 decode_chunk_bytes: int | None = None):
+        """`model` samples `rows` rows from `prompt` (which it prefilled), each with room for
+        `max_len` tokens in the cache; a row ends on one of `stop_token_ids` or at
+        params.max_new_tokens. `sample_chunk_rows` rows' logits are made at a time, and a decode
+        step feeds the rows in chunks of `decode_chunk_rows(model, decode_chunk_bytes, ...)`."""
+        self._engine = None
+        if not hasattr(model, "forward_step"):
+            # Deprecated: an engine-like object (`.forward`, `.stop_token_ids`, `.sample`,
+            # `.decode_one_token`) in place of its forward pass, as callers that predate
+            # `engine.Engine.rollout` pass it. It is used as before (`_engine_step`): its stop
+            # tokens read at every step, its sample and decode_one_token called, so a caller that
+            # replaces one mid-run still sees it take effect. Goes once no caller passes one.
+            self._engine, model = model, model.forward
+            stop_token_ids, sample_chunk_rows, decode_chunk_bytes = (
+                self._engine.stop_token_ids, self._engine.sample_chunk_rows, self._engine.decode_chunk_bytes)
+        if stop_token_ids is None or sample_chunk_rows is None or decode_chunk_bytes is None:
+            raise TypeError("Rollout needs stop_token_ids, sample_chunk_rows and decode_chunk_bytes")
+        self.model, self.params, self.generator = model, params, generator
+        self.stop_token_ids = stop_token_ids
+        self.sample_chunk_rows, self.decode_chunk_bytes = sample_chunk_rows, decode_chunk_bytes
+        self.cache = model.new_cache()
+        self.cache.share_prompt(prompt.state)
         self.cache.allocate(rows, max_len)
-        device = engine.device
+        device = model.device
         self.candidate_ids = torch.arange(first_candidate_id, first_candidate_id + rows, device=device)
         self.tokens = torch.zeros(rows, params.max_new_tokens, dtype=torch.long, device=device)
         self.logprobs = torch.zeros(rows, params.max_new_tokens, dtype=torch.float32, device=device)
@@ -163,24 +220,44 @@ class Rollout:
 
     def step(self) -> list[RowOutput]:
         """Sample one token for every row; return the rows that finished (stop token or length)."""
-        tokens, logprobs = self.engine.sample(self.hidden, self.params, self.generator)
+        if self._engine is not None:
+            return self._engine_step()
+        tokens, logprobs = sample(self.model, self.hidden, self.params, self.generator, self.sample_chunk_rows)
         self.tokens[:, self.length] = tokens
         self.logprobs[:, self.length] = logprobs
         self.length += 1
         self.tokens_generated += self.num_rows
-        stopped = torch.isin(tokens, self.engine.stop_token_ids)
+        stopped = torch.isin(tokens, self.stop_token_ids)
         done = stopped | (self.length == self.params.max_new_tokens)
         finished = self._remove(done, stopped) if done.any() else []
         if self.num_rows:
-            self.hidden = self.engine.decode_one_token(self.cache, self.tokens[:, self.length - 1], self.length - 1)
+            pos = self.length - 1
+            chunk_rows = decode_chunk_rows(self.model, self.decode_chunk_bytes, self.cache.prompt_len + pos + 1)
+            self.hidden = decode_one_token(self.model, self.cache, self.tokens[:, pos], pos, chunk_rows)
+        return finished
+
+    def _engine_step(self) -> list[RowOutput]:
+        """`step` of a rollout made from an engine-like object (deprecated, see __init__): the
+        engine's sample, stop tokens and decode_one_token, as before `Engine.rollout`."""
+        engine = self._engine
+        tokens, logprobs = engine.sample(self.hidden, self.params, self.generator)
+        self.tokens[:, self.length] = tokens
+        self.logprobs[:, self.length] = logprobs
+        self.length += 1
+        self.tokens_generated += self.num_rows
+        stopped = torch.isin(tokens, engine.stop_token_ids)
+        done = stopped | (self.length == self.params.max_new_tokens)
+        finished = self._remove(done, stopped) if done.any() else []
+        if self.num_rows:
+            self.hidden = engine.decode_one_token(self.cache, self.tokens[:, self.length - 1], self.length - 1)
         return finished
 
     def partial_outputs(self) -> list[RowOutput]:
         """The live rows' responses so far."""
-        return self._outputs(torch.arange(self.num_rows, device=self.engine.device), None)
+        return self._outputs(torch.arange(self.num_rows, device=self.model.device), None)
 
     def halt(self, candidate_ids: Iterable[int]) -> list[RowOutput]:
-        halted = torch.isin(self.candidate_ids, torch.tensor(list(candidate_ids), device=self.engine.device))
+        halted = torch.isin(self.candidate_ids, torch.tensor(list(candidate_ids), device=self.model.device))
         return self._remove(halted, None)
 
     def grow(self, max_len: int) -> None:

@@ -2,10 +2,11 @@
 
 Where things are (gpt-fast's layout): the forward pass in `llama.py` (Llama, Mistral, Qwen2; any
 other causal LM goes through its own forward and cache, `hf_forward.py`), the static KV cache in
-`cache.py`, sampling in `sampling.py`, and `prefill` / `decode_one_token` / `decode_n_tokens`
-with the per-row scheduler `Rollout` in `decoding.py`. `Engine` ties one model to them: it
-encodes prompts and decodes responses, knows the stop tokens, and decides how many rows go
-through the model at once, which bounds the memory a run takes beside its KV budget.
+`cache.py`, sampling in `sampling.py`, and `prefill` / `decode_one_token` / `sample` /
+`decode_n_tokens` with the per-row scheduler `Rollout` in `decoding.py` (which knows nothing of the
+engine). `Engine` ties one model to them: it encodes prompts and detokenizes responses, knows the
+stop tokens, decides how many rows go through the model at once, which bounds the memory a run
+takes beside its KV budget, and makes the `Rollout`s that run with all of that (`Engine.rollout`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from collections.abc import Iterable
 import torch
 
 from . import decoding
-from .cache import KVCache
-from .decoding import ForwardPass, PrefilledPrompt
+from .decoding import ForwardPass, PrefilledPrompt, Rollout, RowCache
 from .errors import SpecrejError
 from .hf_forward import HFForward
 from .llama import SUPPORTED_MODEL_TYPES, LlamaForward
@@ -44,17 +44,12 @@ def forward_pass(model) -> ForwardPass:
         raise SpecrejError(f"cannot run {model_type!r} through its own forward pass: {error}") from error
 
 
-def forward_kind(forward: ForwardPass) -> str:
-    """Which forward pass runs, for the records: "llama" (the engine's own) or "hf" (the fallback)."""
-    return getattr(forward, "kind", "llama")
-
-
 class Engine:
     """A decoder-only LM with our own prefill/decode over a static cache."""
 
     def __init__(self, model, tokenizer, stop_token_ids: Iterable[int] = ()):
         self.forward = forward_pass(model)
-        self.forward_kind = forward_kind(self.forward)  # "llama" or "hf": recorded in each result's params
+        self.forward_kind = self.forward.kind  # "llama" or "hf": recorded in each result's params
         self.model, self.tokenizer, self.config = model, tokenizer, model.config
         self.layers = self.forward.layers
         self.device, self.dtype = self.forward.device, self.forward.dtype
@@ -77,21 +72,36 @@ class Engine:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self.tokenizer(prompt)["input_ids"]
 
-    def decode(self, token_ids: list[list[int]]) -> list[str]:
+    def detokenize(self, token_ids: list[list[int]]) -> list[str]:
+        """Each row's token ids as text (special tokens skipped)."""
         return self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)
+
+    def decode(self, token_ids: list[list[int]]) -> list[str]:
+        """Deprecated name of `detokenize` (it is not a decode step: see `decode_one_token`); no
+        warning yet, while specrej's own callers move over."""
+        return self.detokenize(token_ids)
 
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
         self.forward.check_fits(prompt_len, max_new_tokens)
 
-    # -- decoding (the steps `Rollout` takes; decoding.py's free functions) ----------------
-    def new_cache(self) -> KVCache:
+    # -- decoding (decoding.py's free functions with this engine's forward pass and chunks) ---
+    def rollout(self, prompt: PrefilledPrompt, rows: int, max_len: int, params: SamplingParams,
+                generator: torch.Generator, first_candidate_id: int = 0) -> Rollout:
+        """`rows` rows sampling from `prompt` (from `prefill`) with this engine's forward pass, stop
+        tokens and chunk sizes (as they are now: a rollout keeps them)."""
+        return Rollout(self.forward, prompt, rows, max_len, params, generator, first_candidate_id,
+                       stop_token_ids=self.stop_token_ids, sample_chunk_rows=self.sample_chunk_rows,
+                       decode_chunk_bytes=self.decode_chunk_bytes)
+
+    def new_cache(self) -> RowCache:
         return self.forward.new_cache()
 
     def prefill(self, prompt_ids: list[int]) -> PrefilledPrompt:
         return decoding.prefill(self.forward, prompt_ids)
 
-    def decode_one_token(self, cache: KVCache, tokens: torch.Tensor, pos: int) -> torch.Tensor:
-        """Feed each live row's token at generated position `pos`, `decode_chunk_rows` rows at a time."""
+    def decode_one_token(self, cache: RowCache, tokens: torch.Tensor, pos: int) -> torch.Tensor:
+        """Feed each live row's token at generated position `pos`, `decode_chunk_rows` rows at a time
+        (what a `Rollout` does at each step)."""
         return decoding.decode_one_token(self.forward, cache, tokens, pos, self.decode_chunk_rows(cache.prompt_len + pos + 1))
 
     def sample(self, hidden: torch.Tensor, params: SamplingParams, generator: torch.Generator):
@@ -110,9 +120,7 @@ class Engine:
         """Rows fed through the model at once in a decode step: as many as keep the activations
         within `decode_chunk_bytes` (at least one), so they do not grow with b_init. A forward
         pass without chunked decode (`chunked_decode = False`, the fallback) takes all rows at once."""
-        if not getattr(self.forward, "chunked_decode", True):
-            return 2**62
-        return max(1, self.decode_chunk_bytes // self.decode_row_bytes(context_len))
+        return decoding.decode_chunk_rows(self.forward, self.decode_chunk_bytes, context_len)
 
     def memory_margin(self, prompt_len: int, rows: int, params: SamplingParams) -> int:
         """Bytes beside the KV budget that a prompt's run with at most `rows` rows may allocate
@@ -125,9 +133,10 @@ class Engine:
         - prefill: the prompt's activations (prompt_len rows) and its attention scores;
         - per row: the token-id and log-prob buffers [max_new_tokens] and one gathered copy of
           them (when responses are read out), three [hidden] states and a few ids and masks;
-        - with the fallback forward pass (`hf_forward.HFForward`): a decode step over all rows
-          (it has no row chunks), and its `extra_cache_bytes`: the prompt KV that its rows hold
-          beside the budget (sliding-window layers' per-row copies, one layer in flight).
+        - the forward pass's `extra_cache_bytes`: 0 for the engine's own; for the fallback
+          (`hf_forward.HFForward`) the prompt KV that its rows hold beside the budget
+          (sliding-window layers' per-row copies, one layer in flight);
+        - without chunked decode (`chunked_decode = False`, the fallback): a decode step over all rows.
 
         Not included: the reward model's pass (a reward model scores --reward-batch-size responses
         at a time, so its activations are bounded by that batch, not by the number of rows) and
@@ -135,11 +144,8 @@ class Engine:
         """
         context = prompt_len + params.max_new_tokens
         row = self.decode_row_bytes(context)
-        decode = min(rows * row, max(self.decode_chunk_bytes, row))
-        extra = 0
-        if not getattr(self.forward, "chunked_decode", True):
-            decode = rows * row
-            extra = self.forward.extra_cache_bytes(prompt_len, rows)
+        decode = min(rows * row, max(self.decode_chunk_bytes, row)) if self.forward.chunked_decode else rows * row
+        extra = self.forward.extra_cache_bytes(prompt_len, rows)
         sampling = sampler_copies(params) * min(rows, self.sample_chunk_rows) * self.forward.vocab_size * 4
         prefill = self.forward.prefill_bytes(prompt_len)
         per_row = 2 * 12 * params.max_new_tokens + 3 * 4 * self.forward.hidden_size + 128

@@ -14,19 +14,21 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+from dataclasses import dataclass
 
 import torch
 
 from .errors import SpecrejError
 
 
-class PromptKV(list):
-    """The prompt's per-layer keys (or values) [kv_heads, P', d] as `RowCache.share_prompt` takes
-    them, carrying the model's own cache object of the prompt (batch 1), which `HFRowCache`
-    expands to the rows. P' < P for a sliding-window layer (it keeps the last window - 1 tokens)."""
+@dataclass
+class HFPromptCache:
+    """The prefilled prompt as the fallback holds it (`HFForward`'s `decoding.PromptState`, for
+    `HFRowCache.share_prompt`): the model's own cache object of the prompt at batch 1, which
+    `HFRowCache.allocate` expands to the rows and nothing modifies."""
 
-    cache: object = None
-    prompt_len: int = 0
+    cache: object
+    prompt_len: int
 
 
 def cache_tensors(cache) -> list[torch.Tensor]:
@@ -145,7 +147,7 @@ class HFRowCache:
       side, and the prompt + own keys/values handed to the attention).
     """
 
-    def __init__(self, forward: "HFForward"):
+    def __init__(self, forward: HFForward):
         self.forward = forward
         self.prompt = None
         self.cache = None
@@ -177,8 +179,8 @@ class HFRowCache:
         layers = getattr(self.cache, "layers", None) or []
         return max((_layer_bytes(layer) for layer in layers), default=0)
 
-    def share_prompt(self, prompt_k: PromptKV, prompt_v: PromptKV) -> None:
-        self.prompt, self._prompt_len = prompt_k.cache, prompt_k.prompt_len
+    def share_prompt(self, prompt: HFPromptCache) -> None:
+        self.prompt, self._prompt_len = prompt.cache, prompt.prompt_len
         self._track()
 
     def allocate(self, rows: int, max_len: int) -> None:
@@ -276,8 +278,8 @@ class HFForward:
       full-attention layer at every step) make it slower than the fast path.
     """
 
-    kind = "hf"
-    chunked_decode = False
+    kind = "hf"  # the fallback (decoding.ForwardPass.kind)
+    chunked_decode = False  # the model's cache is one batch: forward_step takes all live rows at once
 
     def __init__(self, model):
         self.model = model.eval()
@@ -370,9 +372,9 @@ class HFForward:
         return rows * (prompt_len * self.unshared_kv_bytes + self.state_bytes + in_flight)
 
     # -- forward -----------------------------------------------------------------------------
-    def forward_prompt(self, token_ids: torch.Tensor) -> tuple[PromptKV, PromptKV, torch.Tensor]:
-        """The prompt token_ids [1, P] through the whole causal LM: its cache (in `PromptKV`) and
-        the hidden state of its last token [1, H] that the output embedding takes."""
+    def forward_prompt(self, token_ids: torch.Tensor) -> tuple[HFPromptCache, torch.Tensor]:
+        """The prompt token_ids [1, P] through the whole causal LM: its cache (an `HFPromptCache`)
+        and the hidden state of its last token [1, H] that the output embedding takes."""
         captured, decoded = [], []
         hooks = [self.head.register_forward_pre_hook(lambda module, args: captured.append(args[0])),
                  self.decoder.register_forward_hook(lambda module, args, out: decoded.append(out.last_hidden_state))]
@@ -385,12 +387,7 @@ class HFForward:
         hidden = captured[-1][:, -1]
         if not self._checked:
             self._check_logits(hidden, out.logits[:, -1], decoded[-1][:, -1] if decoded else None)
-        cache = _output_cache(out)
-        layers = getattr(cache, "layers", [])
-        k, v = PromptKV(_squeezed(layers, "keys")), PromptKV(_squeezed(layers, "values"))
-        for kv in (k, v):
-            kv.cache, kv.prompt_len = cache, token_ids.shape[1]
-        return k, v, hidden
+        return HFPromptCache(_output_cache(out), token_ids.shape[1]), hidden
 
     def forward_step(self, cache: HFRowCache, tokens: torch.Tensor, pos: int, first_row: int = 0) -> torch.Tensor:
         """tokens [rows, 1] of every live row at generated position `pos` (no row chunks: see the
@@ -449,7 +446,3 @@ def _output_cache(out):
         raise SpecrejError("the model returned no transformers Cache (use_cache=True); the fallback needs one")
     return cache
 
-
-def _squeezed(layers, name: str) -> list[torch.Tensor]:
-    return [getattr(layer, name)[0] for layer in layers
-            if isinstance(getattr(layer, name, None), torch.Tensor) and getattr(layer, name).dim() == 4]

@@ -171,6 +171,35 @@ def output_lock(path: str | os.PathLike) -> Iterator[None]:
         handle.close()
 
 
+def check_resume(path: str | os.PathLike, settings: dict, records: list[dict] | None = None,
+                 unknown: Iterable[str] = ()) -> None:
+    """Refuse to append to `path` when its records were made with other `settings` (every
+    setting that changes the output, `api.output_settings`; those in `unknown` are not known yet
+    and not compared), naming the first one that differs. Files of older versions, whose records
+    carry no settings, are compared on RESUME_KEYS."""
+    records = read_records(path)[:1] if records is None else records
+    for record in records:
+        params = record.get("params", {})
+        previous = params.get("output_settings")
+        if previous is None:
+            previous, now = {"method": record.get("method"), **params}, _legacy_settings(settings)
+            keys = ("method", *RESUME_KEYS)
+        else:
+            now, keys = settings, [k for k in dict.fromkeys([*previous, *settings]) if k not in unknown]
+        changed = [k for k in keys if previous.get(k) != now.get(k)]
+        if changed:
+            key = changed[0]
+            more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+            raise SpecrejError(f"{path} holds results made with other settings ({key}: {previous.get(key)!r} there, "
+                               f"{now.get(key)!r} now{more}); use another --out or delete it")
+
+
+def _legacy_settings(settings: dict) -> dict:
+    """`settings` under the names records of older versions used (RESUME_KEYS)."""
+    family = {"sr-adaptive": "sr"}.get(settings.get("method"), settings.get("method"))
+    return {"method": family, **{k: settings.get(k, settings.get(f"param.{k}")) for k in RESUME_KEYS}}
+
+
 class RecordWriter:
     """Appends one JSON line per prompt, each in one write + fsync, so a killed run leaves only
     complete lines; reopening repairs a torn tail and reports which prompts are done.
@@ -186,12 +215,7 @@ class RecordWriter:
             if self.path.exists() and sum(map(len, lines)) != self.path.stat().st_size:
                 os.truncate(self.path, sum(map(len, lines)))  # drop the torn tail of a killed run, in place
             records = read_records(self.path)
-            for record in records[:1]:
-                previous = {"method": record.get("method"), **record.get("params", {})}
-                changed = [k for k in ("method", *RESUME_KEYS) if previous.get(k) != settings.get(k)]
-                if changed:
-                    raise SpecrejError(f"{self.path} holds results made with other settings "
-                                       f"({', '.join(changed)}); use another --out or delete it")
+            check_resume(self.path, settings, records[:1])
             self._lock = stack.pop_all()
         self.done = {record["prompt_id"] for record in records}
         self.errors = {record["prompt_id"]: record["error"] for record in records if "error" in record}
@@ -241,6 +265,9 @@ def merge_shards(records: list[dict], all_candidates: bool = False) -> dict:
     first = records[0]
     params = {**first["params"], "n": sum(r["params"]["n"] for r in records), "shards": len(records),
               "shard_size": first["params"]["n"], "shard_seeds": [r["params"].get("seed") for r in records]}
+    if "setting" in params:  # the merged run is Best-of-(total N)
+        setting = params["setting"]
+        params["setting"] = {**setting, "params": {**setting["params"], "n": params["n"]}, "label": f"Bo{params['n']}"}
     base = {"prompt_id": first["prompt_id"], "prompt": first["prompt"], "method": first["method"], "params": params}
     errors = [f"shard {k}: {r['error']}" for k, r in enumerate(records) if "error" in r]
     if errors:
@@ -277,4 +304,13 @@ def merge_shards(records: list[dict], all_candidates: bool = False) -> dict:
                                     if r.get("measured_peak_bytes") is not None), default=None),
         "memory_margin_bytes": max(r.get("memory_margin_bytes", 0) for r in records),
         "retries": sum(r.get("retries", 0) for r in records),
+        "flops": _summed_flops(records),
     }
+
+
+def _summed_flops(records: list[dict]) -> dict | None:
+    """The shards' FLOP counts added up (None unless every shard has one)."""
+    counts = [r.get("flops") for r in records]
+    if not counts or any(c is None for c in counts):
+        return None
+    return {key: sum(c[key] for c in counts) for key in counts[0]}

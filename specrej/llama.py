@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from .budget import kv_bytes_per_token
-from .cache import KVCache
+from .cache import KVCache, PromptKV
 from .errors import SpecrejError
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -53,6 +53,9 @@ def attend_decode(q, prompt_k, prompt_v, k, v, scale: float) -> torch.Tensor:
 
 class LlamaForward:
     """The forward pass of a Hugging Face Llama, Mistral or Qwen2 causal LM over a `KVCache`."""
+
+    kind = "llama"  # the engine's own forward pass (decoding.ForwardPass.kind)
+    chunked_decode = True  # forward_step takes any chunk of rows (first_row)
 
     def __init__(self, model):
         config = model.config
@@ -113,10 +116,14 @@ class LlamaForward:
         """Upper bound on the prompt's activations in `forward_prompt` and its attention scores."""
         return prompt_len * self.decode_row_bytes(prompt_len) + 4 * self.num_heads * prompt_len**2
 
+    def extra_cache_bytes(self, prompt_len: int, rows: int) -> int:
+        """0: a `KVCache` holds exactly what the budget counts (the prompt once, each row's generated tokens)."""
+        return 0
+
     # -- forward -------------------------------------------------------------------------
-    def forward_prompt(self, token_ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    def forward_prompt(self, token_ids: torch.Tensor) -> tuple[PromptKV, torch.Tensor]:
         """The prompt token_ids [1, P] from position 0: its per-layer k and v [kv_heads, P, d]
-        and the final hidden state of its last token [1, hidden]."""
+        (a `PromptKV`, for `KVCache.share_prompt`) and the final hidden state of its last token [1, hidden]."""
         ks, vs = [], []
 
         def attend(layer, q, k, v):
@@ -126,7 +133,8 @@ class LlamaForward:
             vs.append(v[0].clone(memory_format=torch.contiguous_format))
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
 
-        return ks, vs, self._forward(token_ids, 0, attend)
+        hidden = self._forward(token_ids, 0, attend)
+        return PromptKV(ks, vs), hidden
 
     def forward_step(self, cache: KVCache, tokens: torch.Tensor, pos: int, first_row: int = 0) -> torch.Tensor:
         """One token per row, tokens [rows, 1], at generated position `pos` for the cache's rows

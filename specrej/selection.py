@@ -39,6 +39,9 @@ class Cut(Protocol):
 
     def __call__(self, ids: Sequence[Hashable], scores: Sequence[float], tau: int) -> tuple[list[bool], dict]: ...
 
+    def priority(self, ids: Sequence[Hashable], scores: Sequence[float]) -> list[float]:
+        """After a call: which of the rows it let go on the memory guard halts first (the lowest)."""
+
     def describe(self) -> dict: ...
 
 
@@ -52,6 +55,9 @@ class AlphaCut:
         cutoff = rejection_cutoff(scores, self.alpha)
         return [score >= cutoff for score in scores], {"rule": "alpha", "alpha": self.alpha, "cutoff": cutoff,
                                                        "kept": num_kept(len(scores), self.alpha)}
+
+    def priority(self, ids: Sequence[Hashable], scores: Sequence[float]) -> list[float]:
+        return list(scores)
 
     def describe(self) -> dict:
         return {"rule": "alpha", "alpha": self.alpha}

@@ -1,10 +1,10 @@
 """The engine's own forward pass, cache and sampler against Hugging Face's reference."""
 
+import pytest
 import torch
 
 from specrej import SamplingParams
 from specrej.cache import compaction_order
-from specrej.decoding import Rollout
 from specrej.engine import Engine
 from specrej.sampling import sample_next
 
@@ -22,7 +22,7 @@ def new_rollout(engine, rows, max_len=32, seed=0, **sampling):
     prompt_ids = engine.encode_prompt("Write a poem about the sea.")
     prompt = engine.prefill(prompt_ids)
     params = SamplingParams(max_new_tokens=sampling.pop("max_new_tokens", 32), **sampling)
-    return prompt_ids, Rollout(engine, prompt, rows, max_len, params, torch.Generator().manual_seed(seed))
+    return prompt_ids, engine.rollout(prompt, rows, max_len, params, torch.Generator().manual_seed(seed))
 
 
 def live_tokens(rollout):
@@ -176,7 +176,7 @@ def test_the_free_functions_are_what_the_engine_runs(engine):
     prompt_ids = engine.encode_prompt("Explain gravity to a child.")
     ours = decoding.prefill(engine.forward, prompt_ids)
     assert torch.equal(ours.hidden, engine.prefill(prompt_ids).hidden)
-    assert all(torch.equal(a, b) for a, b in zip(ours.k, engine.prefill(prompt_ids).k))
+    assert all(torch.equal(a, b) for a, b in zip(ours.state.k, engine.prefill(prompt_ids).state.k))
 
 
 def test_the_llama_forward_implements_the_forward_pass_interface(engine):
@@ -185,8 +185,81 @@ def test_the_llama_forward_implements_the_forward_pass_interface(engine):
 
     members = set(ForwardPass.__annotations__) | {
         name for name, value in vars(ForwardPass).items() if callable(value) and not name.startswith("_")}
-    assert {"forward_prompt", "forward_step", "logits", "new_cache", "kv_bytes_per_token"} <= members
+    assert {"forward_prompt", "forward_step", "logits", "new_cache", "kv_bytes_per_token",
+            "kind", "chunked_decode", "extra_cache_bytes"} <= members
     assert not [name for name in members if not hasattr(engine.forward, name)]
+    assert engine.forward.kind == "llama" and engine.forward.chunked_decode is True
+    assert engine.forward.extra_cache_bytes(40, 1000) == 0  # a KVCache holds what the budget counts
+
+
+def test_the_prompt_state_is_the_forward_pass_own(engine):
+    """forward_prompt's PromptState is what its own RowCache.share_prompt takes: the llama path's
+    per-layer k and v (cache.PromptKV), attached as they are (no copy)."""
+    from specrej.cache import PromptKV
+
+    prompt = engine.prefill(engine.encode_prompt("Explain gravity to a child."))
+    assert isinstance(prompt.state, PromptKV) and prompt.state.prompt_len == len(prompt.token_ids)
+    assert len(prompt.state.k) == len(prompt.state.v) == len(engine.layers)
+    cache = engine.new_cache()
+    cache.share_prompt(prompt.state)
+    assert cache.prompt_k is prompt.state.k and cache.prompt_len == len(prompt.token_ids)
+    assert prompt.k is prompt.state.k and prompt.v is prompt.state.v  # the deprecated names
+
+
+def test_decoding_knows_nothing_of_the_engine():
+    """decoding.py imports neither engine.py nor anything that does (no cycle, not even for types)."""
+    import ast
+    from pathlib import Path
+
+    from specrej import decoding
+
+    tree = ast.parse(Path(decoding.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert imported <= {"__future__", "collections.abc", "dataclasses", "typing", "torch", "cache", "sampling"}
+
+
+def test_a_rollout_needs_only_the_forward_pass_and_runs_the_free_functions(generator_dir, monkeypatch):
+    """Rollout over the bare forward pass (no engine) with explicit stop tokens and chunk sizes gives
+    what Engine.rollout and the deprecated Rollout(engine, ...) give, and its steps are
+    decoding.sample / decoding.decode_one_token (patching the free function reaches it)."""
+    from specrej import decoding, load_engine
+    from specrej.decoding import Rollout
+
+    engine = load_engine(str(generator_dir))
+    frequent = reference_logits(engine, engine.encode_prompt("Write a poem about the sea."), [[]])[0].topk(2).indices
+    engine.stop_token_ids = torch.cat([engine.stop_token_ids, frequent])  # rows finish at different steps
+    prompt = engine.prefill(engine.encode_prompt("Write a poem about the sea."))
+    params = SamplingParams(max_new_tokens=12, top_p=0.9)
+    calls = []
+    decode = decoding.decode_one_token
+
+    def counted(model, cache, tokens, pos, chunk_rows):
+        calls.append(tokens.shape[0])
+        return decode(model, cache, tokens, pos, chunk_rows)
+
+    runs, steps = [], []
+    for make in (lambda: Rollout(engine.forward, prompt, 6, 12, params, torch.Generator().manual_seed(3),
+                                 stop_token_ids=engine.stop_token_ids, sample_chunk_rows=4,
+                                 decode_chunk_bytes=engine.decode_chunk_bytes),
+                 lambda: engine.rollout(prompt, 6, 12, params, torch.Generator().manual_seed(3)),
+                 lambda: Rollout(engine, prompt, 6, 12, params, torch.Generator().manual_seed(3))):
+        with monkeypatch.context() as patch:
+            patch.setattr(decoding, "decode_one_token", counted)
+            rollout, finished, calls[:] = make(), [], []
+            while rollout.num_rows:
+                finished += rollout.step()
+        runs.append(sorted((f.candidate_id, f.token_ids, f.token_logprobs, f.stopped) for f in finished))
+        steps.append(list(calls))
+    assert runs[0] == runs[1] == runs[2] and any(stopped for *_, stopped in runs[0])
+    assert steps[0] and steps[0] == steps[1] == steps[2]  # every step went through decoding.decode_one_token
+    with pytest.raises(TypeError, match="stop_token_ids"):
+        Rollout(engine.forward, prompt, 2, 4, params, torch.Generator())
+
+
+def test_detokenize_and_its_deprecated_name(engine):
+    ids = [engine.encode_prompt("List three fruits."), []]
+    assert engine.detokenize(ids) == engine.decode(ids) == engine.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
 
 def test_decode_n_tokens_stops_at_a_decision_token_and_when_the_capacity_is_reached(engine):

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from specrej import LogProbReward, SamplingParams, best_of_n, load_engine, speculative_rejection
-from specrej.decoding import Rollout
 
 FALLBACK = ["qwen3", "gemma2", "gemma3_text", "phi3", "olmo2", "gpt_neox", "gpt2", "jamba", "mamba"]
 FAST = ["mistral", "qwen2"]
@@ -35,8 +34,8 @@ def reference_logits(model, prompt_ids, rows_tokens):
 def rollout_for(engine, rows, seed=0, max_new_tokens=32):
     prompt_ids = engine.encode_prompt(PROMPT)
     params = SamplingParams(max_new_tokens=max_new_tokens)
-    return prompt_ids, Rollout(engine, engine.prefill(prompt_ids), rows, max_new_tokens, params,
-                               torch.Generator().manual_seed(seed))
+    return prompt_ids, engine.rollout(engine.prefill(prompt_ids), rows, max_new_tokens, params,
+                                      torch.Generator().manual_seed(seed))
 
 
 def live_tokens(rollout):
@@ -93,7 +92,7 @@ def test_fallback_pruned_rows_continue_as_a_fresh_forward_would(fallback_engine)
     assert rollout.cache.max_len == 40
     # rows finishing on a frequent token are pruned at the step they finish
     logits = engine.logits(rollout.hidden)
-    engine.stop_token_ids = logits.topk(30).indices.unique()
+    rollout.stop_token_ids = logits.topk(30).indices.unique()  # a rollout keeps its own stop tokens
     finished = []
     for _ in range(6):
         if rollout.num_rows:
@@ -151,6 +150,15 @@ def test_fallback_memory_accounting_is_measured_from_the_models_cache(tiny_model
     assert rollout.cache.peak_bytes == held + in_flight
     assert fwd.extra_cache_bytes(len(prompt_ids), 4) == 4 * len(prompt_ids) * fwd.kv_bytes_per_token // 2
     assert engine.decode_chunk_rows(100) >= 2**40  # no row chunks: the model's cache is one batch
+    assert fwd.kind == "hf" and fwd.chunked_decode is False
+    # the prompt state is the model's own cache object of the prompt, held by the rows' cache as it is
+    from specrej.hf_forward import HFPromptCache
+
+    prompt = engine.prefill(prompt_ids)
+    assert isinstance(prompt.state, HFPromptCache) and prompt.state.prompt_len == len(prompt_ids)
+    cache = engine.new_cache()
+    cache.share_prompt(prompt.state)
+    assert cache.prompt is prompt.state.cache and cache.prompt_len == len(prompt_ids)
     # gemma2's sliding layer keeps each row's copy of the prompt's part (at most window - 1 = 7 tokens)
     gemma = load_engine(str(tiny_model_dir("gemma2")))
     assert gemma.forward.layer_shares_prompt == [False, True]

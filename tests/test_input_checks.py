@@ -67,7 +67,7 @@ SR = ["--method", "sr", "--alpha", "0.5"]
 # (options after `generate --model M --prompts P --out O`, the message's start, a part of the rest)
 BAD_GENERATE = [
     # --n
-    (["--method", "bon"], "--n is required with --method bon", ""),
+    (["--method", "bon"], "--n is required for Best-of-N", ""),
     (["--method", "bon", "--n", "0"], "--n must be >= 1, got 0", ""),
     (["--method", "bon", "--n", "-3"], "--n must be >= 1, got -3", ""),
     (["--method", "bon", "--n", "2.5"], "--n must be an integer, got '2.5'", ""),
@@ -76,7 +76,7 @@ BAD_GENERATE = [
     (["--method", "bon", "--n", HUGE_INT], "--n must be an integer, got '999", "..."),
     (["--method", "bon", "--n"], "--n: expected one argument", ""),
     # --alpha
-    (["--method", "sr"], "--alpha must be in [0, 1) for speculative rejection, got None", ""),
+    (["--method", "sr"], "--alpha is required for speculative rejection", ""),
     (["--method", "sr", "--alpha", "1"], "--alpha must be in [0, 1)", "got 1.0"),
     (["--method", "sr", "--alpha", "-0.1"], "--alpha must be in [0, 1)", "got -0.1"),
     (["--method", "sr", "--alpha", "nan"], "--alpha must be in [0, 1)", "got nan"),
@@ -84,13 +84,13 @@ BAD_GENERATE = [
     (["--method", "sr", "--alpha", "1e400"], "--alpha must be in [0, 1)", "got inf"),
     (["--method", "sr", "--alpha", "half"], "--alpha must be a number, got 'half'", ""),
     # the method's options, given to the other method or rule
-    ([*BON, "--alpha", "0.5"], "--alpha is for --method sr", "Best-of-N"),
-    ([*SR, "--n", "4"], "--n is for --method bon", "--batch-size"),
-    ([*BON, "--decision-tokens", "8"], "--decision-tokens is for --method sr", ""),
+    ([*BON, "--alpha", "0.5"], "bon (Best-of-N) takes no parameter 'alpha'", "n, batch_size"),
+    ([*SR, "--n", "4"], "sr (speculative rejection) takes no parameter 'n'", "batch_size"),
+    ([*BON, "--decision-tokens", "8"], "bon (Best-of-N) takes no parameter 'decision_tokens'", ""),
     ([*BON, "--rejection", "adaptive"], "--rejection adaptive is for --method sr", ""),
-    ([*SR, "--fit", "prefixes.parquet"], "--fit is for --rejection adaptive", ""),
+    ([*SR, "--fit", "prefixes.parquet"], "sr (speculative rejection) takes no parameter 'fit'", ""),
     ([*SR, "--rejection", "sometimes"], "--rejection: invalid choice: 'sometimes'", ""),
-    (["--method", "best"], "--method: invalid choice: 'best'", ""),
+    (["--method", "best"], "unknown method 'best'; choose bon, sr, sr-adaptive, sr-random", ""),
     # --batch-size, --min-tokens, --max-init-batch, --reward-batch-size
     ([*BON, "--batch-size", "0"], "--batch-size must be >= 1, got 0", ""),
     ([*SR, "--batch-size", "-8"], "--batch-size must be >= 1, got -8", ""),
@@ -131,7 +131,7 @@ BAD_GENERATE = [
     ([*SR, "--rejection", "adaptive", "--delta=-0.01"], "--delta must be in [0, 0.5]", "got -0.01"),
     ([*SR, "--rejection", "adaptive", "--delta", "nan"], "--delta must be in [0, 0.5]", "got nan"),
     ([*SR, "--rejection", "adaptive", "--delta", "inf"], "--delta must be in [0, 0.5]", "got inf"),
-    ([*SR, "--delta", "nan"], "--delta must be in [0, 0.5]", "got nan"),  # checked under --rejection alpha too
+    ([*SR, "--delta", "0.1"], "sr (speculative rejection) takes no parameter 'delta'", ""),
     # --max-new-tokens
     ([*BON, "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0", ""),
     ([*BON, "--max-new-tokens", "-1"], "--max-new-tokens must be >= 1, got -1", ""),
@@ -268,11 +268,11 @@ BAD_API = [
     (dict(method="bon", n=2.0), "--n must be an integer >= 1, got 2.0"),
     (dict(method="bon", n=True), "--n must be an integer >= 1, got True"),
     (dict(method="bon", n="4"), "--n must be an integer >= 1, got '4'"),
-    (dict(method="bon", n=None), "--n is required with --method bon"),
-    (dict(method="bon", n=2, alpha=0.5), "--alpha is for --method sr"),
-    (dict(method="sr", alpha=math.nan), "--alpha must be in [0, 1) for speculative rejection, got nan"),
-    (dict(method="sr", alpha="0.5"), "--alpha must be in [0, 1) for speculative rejection, got '0.5'"),
-    (dict(method="sr", alpha=0.5, n=8), "--n is for --method bon"),
+    (dict(method="bon", n=None), "--n is required for Best-of-N"),
+    (dict(method="bon", n=2, alpha=0.5), "bon (Best-of-N) takes no parameter 'alpha'"),
+    (dict(method="sr", alpha=math.nan), "--alpha must be in [0, 1), got nan"),
+    (dict(method="sr", alpha="0.5"), "--alpha must be a number in [0, 1), got '0.5'"),
+    (dict(method="sr", alpha=0.5, n=8), "sr (speculative rejection) takes no parameter 'n'"),
     (dict(method="beam", n=2), "unknown method 'beam'"),
     (dict(method="bon", n=2, seed=1.5), "--seed must be an integer, got 1.5"),
     (dict(method="bon", n=2, batch_size=0), "--batch-size must be >= 1, got 0"),
@@ -285,10 +285,10 @@ BAD_API = [
     (dict(method="sr", alpha=0.5, decision_tokens=[8, 0]), "--decision-tokens must be >= 1, got 0"),
     (dict(method="sr", alpha=0.5, decision_tokens=iter([8, 4.5])), "--decision-tokens must be an integer >= 1"),
     (dict(method="sr", alpha=0.5, decision_tokens="8,16"), "--decision-tokens must be a list of integers"),
-    (dict(method="sr", alpha=0.5, rejection="adaptive", delta=math.nan),
-     "--delta must be in [0, 0.5] (0: keep every row, as Best-of-N), got nan"),
+    (dict(method="sr", alpha=0.5, rejection="adaptive", delta=math.nan), "--delta must be in [0, 0.5], got nan"),
     (dict(method="sr", alpha=0.5, rejection="fixed"), "--rejection must be alpha or adaptive"),
-    (dict(method="sr", alpha=0.5, fits={}), "--fit is for --rejection adaptive"),
+    (dict(method="sr", alpha=0.5, fit="x.parquet"), "sr (speculative rejection) takes no parameter 'fit'"),
+    (dict(method="sr-adaptive", fit="no/such.parquet"), "--fit: file not found: no/such.parquet"),
     (dict(method="bon", n=2, sampling={"temperature": 0.7}), "sampling must be a SamplingParams"),
 ]
 

@@ -223,7 +223,7 @@ def test_a_full_disk_while_writing_records_is_one_line(tmp_path, monkeypatch, ca
         raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
 
     monkeypatch.setattr(RecordWriter, "write", full)
-    monkeypatch.setattr(cli, "_generate", lambda args, prompts, sampling, fits: RecordWriter(args.out, {}).write({}))
+    monkeypatch.setattr(cli, "_generate", lambda args, prompts, *settings: RecordWriter(args.out, {}).write({}))
     prompts = tmp_path / "p.txt"
     prompts.write_text("hello\n")
     out = tmp_path / "run.jsonl"

@@ -13,10 +13,34 @@ def assert_tables_and_figures(results: Path) -> None:
             assert (results / "figures" / f"{stem}.{ext}").stat().st_size > 1000
 
 
+def run_file_label(records: list) -> str:
+    """The label of a run file's configuration, from its records alone (plain Python, not
+    analysis.io): Best-of-N "Bo<params.n>" (a merged file's n is the total over its shards), else
+    the label the engine recorded in params.setting, else (files older than settings) "SR δ=<d>"
+    for SR with the adaptive rule and "SR α=<a>" for SR."""
+    labels = set()
+    for record in records:
+        params = record.get("params") or {}
+        setting = params.get("setting")
+        method = setting["method"] if setting else record["method"]
+        if method == "bon":
+            labels.add(f"Bo{params['n']}")
+        elif setting:
+            labels.add(setting["label"])
+        elif (params.get("rejection") or {}).get("rule") == "adaptive":
+            labels.add(f"SR δ={float(params['rejection']['delta']):g}")
+        else:
+            labels.add(f"SR α={float(params['alpha']):g}")
+    assert len(labels) == 1, labels  # one configuration per run file
+    return labels.pop()
+
+
 def assert_summary_matches_the_run_files(results: Path) -> None:
     """results/metrics/summary.csv equals eq. 7 and eq. 8 recomputed here from the merged run files
     alone (plain Python over the JSONL records, not analysis.metrics), on the prompts every run of
-    a pair answered."""
+    a pair answered: every method's run files, results/runs/<pair>/<method>/<setting>.jsonl (the
+    shard and chunk files one folder further down are not runs of their own). relative_flops is
+    checked the same way where every record counted its FLOPs, and must be empty where none did."""
     import csv
     import json
     import math
@@ -24,22 +48,30 @@ def assert_summary_matches_the_run_files(results: Path) -> None:
     with open(results / "metrics/summary.csv", newline="", encoding="utf-8") as handle:
         summary = list(csv.DictReader(handle))
     for pair_dir in sorted((results / "runs").iterdir()):
-        runs = {}  # label -> {prompt_id: record}
-        paths = sorted(pair_dir.glob("bon/n*.jsonl")) + sorted(pair_dir.glob("sr/alpha*.jsonl")) + sorted(
-            pair_dir.glob("sr/delta*.jsonl"))  # adaptive SR, by the file name (sr/delta<D>.jsonl)
-        for path in paths:
+        runs, bon_n = {}, {}  # label -> {prompt_id: record}; Best-of-N label -> N
+        for path in sorted(pair_dir.glob("*/*.jsonl")):
             records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            label = (f"Bo{path.stem[1:]}" if path.parent.name == "bon" else
-                     f"SR α={float(path.stem[5:]):g}" if path.stem.startswith("alpha") else f"SR δ={float(path.stem[5:]):g}")
+            if not records:
+                continue
+            label = run_file_label(records)
+            assert label not in runs, (label, path)  # two run files of one configuration
             runs[label] = {json.dumps(r["prompt_id"]): r for r in records if "error" not in r and r.get("best")}
+            first = records[0]
+            if ((first.get("params") or {}).get("setting") or {}).get("method", first["method"]) == "bon":
+                bon_n[label] = first["params"]["n"]
+        assert bon_n, f"{pair_dir}: no Best-of-N run file"
         common = set.intersection(*(set(by_prompt) for by_prompt in runs.values()))
-        bon_min = min((label for label in runs if label.startswith("Bo")), key=lambda label: int(label[2:]))
+        bon_min = min(bon_n, key=bon_n.get)
         top = {p: runs[bon_min][p]["best"]["score"] for p in common}
         bottom = {p: runs[bon_min][p]["worst"]["score"] for p in common}
 
-        def compute(label):  # eq. 7's numerator: shards x mean shard time = summed shard time
-            return sum(r["params"].get("shards", 1) * r["timing"]["total_s"] for p, r in runs[label].items()
-                       if p in common)
+        # eq. 7's numerator: shards x mean shard time = summed shard time; the same in FLOPs (a merged
+        # record holds its shards' sum), None where a record has no count
+        compute = {label: sum(by_prompt[p]["params"].get("shards", 1) * by_prompt[p]["timing"]["total_s"]
+                              for p in common) for label, by_prompt in runs.items()}
+        counts = {label: [(by_prompt[p].get("flops") or {}).get("total") for p in common]
+                  for label, by_prompt in runs.items()}
+        flops = {label: None if None in c else sum(c) for label, c in counts.items()}
 
         rows = {row["method_label"]: row for row in summary if row["pair_key"] == pair_dir.name}
         assert set(rows) == set(runs), (set(rows), set(runs))
@@ -50,4 +82,9 @@ def assert_summary_matches_the_run_files(results: Path) -> None:
             row = rows[label]
             assert int(row["n_prompts"]) == len(common) and int(row["n_prompts_improvement"]) == len(scored)
             assert math.isclose(float(row["improvement"]), eq8, rel_tol=1e-9), (label, row["improvement"], eq8)
-            assert math.isclose(float(row["relative_compute"]), compute(label) / compute(bon_min), rel_tol=1e-9)
+            assert math.isclose(float(row["relative_compute"]), compute[label] / compute[bon_min], rel_tol=1e-9)
+            mine, reference = flops[label], flops[bon_min]
+            if mine is not None and reference:
+                assert math.isclose(float(row["relative_flops"]), mine / reference, rel_tol=1e-9), label
+            else:
+                assert row["relative_flops"] in ("", "nan", "NaN"), (label, row["relative_flops"])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
 import json
 import re
 import shlex
@@ -48,7 +49,7 @@ def validate_config(config: dict, schema_path, basedir=".") -> None:
     except jsonschema.ValidationError as error:
         where = key_path(error.absolute_path) or "(top level)"
         raise ConfigError(f"invalid config: {where}: {schema_message(error)}") from None
-    problems = list(cross_check(config, basedir))
+    problems = [*cross_check(config, basedir), *check_methods(config)]
     if problems:
         raise ConfigError("invalid config: " + "; ".join(problems))
 
@@ -279,7 +280,7 @@ def merged_runs(config: dict, results: str, pairs, deltas) -> list[str]:
     adaptive delta in `deltas`."""
     runs = f"{results}/runs"
     return [f"{runs}/{p}/bon/n{n}.jsonl" for p in pairs for n in sorted(config["bon"]["n"])] + [
-        f"{runs}/{p}/sr/alpha{fmt_alpha(a)}.jsonl" for p in pairs for a in sorted(config["sr"]["alphas"])
+        f"{runs}/{p}/{method}/{setting}.jsonl" for p in pairs for method, setting in method_settings(config)
     ] + [f"{runs}/{p}/sr/delta{fmt_alpha(d)}.jsonl" for p in pairs for d in deltas]
 
 
@@ -333,6 +334,79 @@ def pair_models(config: dict, pair: dict) -> list[str]:
 # --------------------------------------------------------------------------------------
 
 
+# --------------------------------------------------------------------------------------
+# methods: SR's alphas and the config's `methods:` entries, one run file per setting
+# --------------------------------------------------------------------------------------
+
+SCHEDULE_KEYS = ("batch_size", "min_tokens", "max_init_batch", "decision_tokens")  # the sr block's
+
+
+def method_settings(config: dict) -> dict[tuple[str, str], dict]:
+    """{(method directory, setting name): {"spec", "params"}} of every run the generic method
+    rule makes: SR at each of sr.alphas, then each `methods:` entry at every combination of its
+    grid. The directory is the method's name, the setting its `Method.setting_name`."""
+    from specrej.methods import get_method
+
+    entries = [{"name": "sr", "grid": {"alpha": sorted(config["sr"]["alphas"])}}, *config.get("methods", [])]
+    runs = {}
+    for entry in entries:
+        method = get_method(entry["name"])
+        keys = list(entry.get("grid", {}))
+        for values in itertools.product(*(entry["grid"][key] for key in keys)):
+            params = dict(zip(keys, values))
+            runs[(method.name, method.setting_name(method.resolve(params)))] = {"spec": entry["name"],
+                                                                                "params": params}
+    return runs
+
+
+def check_methods(config: dict):
+    """Yield one message per `methods:` problem: an unknown method, a parameter it does not
+    take, a value out of its declared range (each naming the entry and the key)."""
+    from specrej.errors import SpecrejError
+    from specrej.methods import get_method
+
+    seen = {}
+    for i, entry in enumerate(config.get("methods", [])):
+        try:
+            method = get_method(entry["name"])
+        except SpecrejError as error:
+            yield f"methods[{i}].name: {error}"
+            continue
+        if method.name in ("bon", "sr-adaptive"):
+            yield (f"methods[{i}].name: {method.name} has its own block (bon.n for the ladder, sr.adaptive for "
+                   "adaptive SR)")
+            continue
+        for key, values in entry.get("grid", {}).items():
+            for value in values:
+                try:
+                    method.param(key).check(value, method.description)
+                except SpecrejError as error:
+                    yield f"methods[{i}].grid.{key}: {error}"
+        if method.name in seen:
+            yield f"methods[{i}].name: {method.name} is listed twice (methods[{seen[method.name]}]); merge the grids"
+        seen[method.name] = i
+
+
+def method_args(config: dict, pair: dict, spec: str, params: dict) -> str:
+    """`specrej generate` options of one setting's job: the common ones, `--method SPEC`, its
+    grid values and the sr block's schedule settings as --param NAME=VALUE."""
+    from specrej.methods import get_method
+
+    method = get_method(spec)
+    declared = {p.name for p in method.params}
+    block = config["sr"]
+    values = {key: block[key] for key in SCHEDULE_KEYS if key in declared and block[key] not in (None, [])}
+    values.update(params)
+    args = common_args(config, pair, spec)
+    for key, value in values.items():
+        text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+        args += ["--param", f"{key}={text}"]
+    budget = block["memory_budget"] or config["memory_budget"]
+    if budget:
+        args += ["--memory-budget", budget]
+    return join_args(args + remote_code_args(config, pair))
+
+
 def join_args(args) -> str:
     """One shell-quoted string (shlex.split gives the list back)."""
     return " ".join(shlex.quote(str(a)) for a in args)
@@ -343,12 +417,7 @@ def generate_args(config: dict, pair: dict, method: str, *, n=None, alpha=None, 
     """`specrej generate` options for one job of `pair` (everything but --prompts/--out), quoted
     into one string (a job's `params.args`: a changed string reruns the job); `delta` (and the
     prefix table `fit`, if any) makes an SR job use the adaptive rule."""
-    g, r, s = config["generators"][pair["generator"]], config["rewards"][pair["reward"]], config["sampling"]
-    args = ["--model", g["model"], "--reward", r["model"], "--method", method,
-            "--max-new-tokens", s["max_new_tokens"], "--temperature", s["temperature"], "--top-p", s["top_p"],
-            "--top-k", s["top_k"], "--seed", s["seed"] + seed_offset, "--device", config["device"],
-            "--dtype", g["dtype"] or config["dtype"], "--reward-batch-size", r["batch_size"], "--no-progress",
-            "--exit-zero"]  # a chunk whose every prompt fails is a result (error records), not a failed job
+    args = common_args(config, pair, method, seed_offset)
     block = config["bon"] if method == "bon" else config["sr"]
     if method == "bon":
         args += ["--n", n]
@@ -362,9 +431,22 @@ def generate_args(config: dict, pair: dict, method: str, *, n=None, alpha=None, 
         args += ["--batch-size", min(block["batch_size"], n) if method == "bon" else block["batch_size"]]
     if block["memory_budget"] or config["memory_budget"]:
         args += ["--memory-budget", block["memory_budget"] or config["memory_budget"]]
-    if g["trust_remote_code"] or r["trust_remote_code"]:
-        args += ["--trust-remote-code"]
-    return join_args(args)
+    return join_args(args + remote_code_args(config, pair))
+
+
+def common_args(config: dict, pair: dict, method: str, seed_offset: int = 0) -> list:
+    """The options every generation job of `pair` shares: models, method, sampling, device, dtype."""
+    g, r, s = config["generators"][pair["generator"]], config["rewards"][pair["reward"]], config["sampling"]
+    return ["--model", g["model"], "--reward", r["model"], "--method", method,
+            "--max-new-tokens", s["max_new_tokens"], "--temperature", s["temperature"], "--top-p", s["top_p"],
+            "--top-k", s["top_k"], "--seed", s["seed"] + seed_offset, "--device", config["device"],
+            "--dtype", g["dtype"] or config["dtype"], "--reward-batch-size", r["batch_size"], "--no-progress",
+            "--exit-zero"]  # a chunk whose every prompt fails is a result (error records), not a failed job
+
+
+def remote_code_args(config: dict, pair: dict) -> list:
+    g, r = config["generators"][pair["generator"]], config["rewards"][pair["reward"]]
+    return ["--trust-remote-code"] if g["trust_remote_code"] or r["trust_remote_code"] else []
 
 
 def partial_path(results: str, output: str, args: str) -> str:
@@ -443,7 +525,7 @@ def failed_prompts_message(results: str) -> str | None:
 
 
 def out_of_range_messages(results: str) -> list[str]:
-    """One line per SR point whose score lies outside its pair's Best-of-N curve (its
+    """One line per method setting whose score lies outside its pair's Best-of-N curve (its
     BoN-equivalent compute is then not a measurement: extend bon.n or change the operating point)."""
     path = Path(results) / "metrics" / "bon_equivalent.csv"
     rows = _read_csv(path) if path.exists() else []

@@ -6,7 +6,7 @@ from statistics import NormalDist
 import pandas as pd
 import pytest
 
-from analysis.adaptive_study import against_fixed_alpha, fits_table, survival_at_equal_tokens
+from analysis.adaptive_study import against_fixed_alpha, fits_table, sr_param, survival_at_equal_tokens
 from specrej.adaptive import PartialFit
 
 # slope 1, sigma 0.5 and z = 1 (correction "none"): the rule keeps rows within 2 z sigma / slope
@@ -65,19 +65,23 @@ def test_fits_table_margin():
 
 
 def summary_points(fixed, adaptive):
-    rows = [{"method": "bon", "alpha": math.nan, "delta": math.nan, "method_label": "Bo16",
+    """Figure 3's points as method_summary gives them: SR (method "sr") at each α, adaptive SR
+    (method "sr-adaptive", its fallback α in the setting too) at each δ."""
+    rows = [{"method": "bon", "setting": '{"n":16}', "method_label": "Bo16",
              "relative_compute": 1.0, "improvement": 100.0}]
-    rows += [{"method": "sr", "alpha": a, "delta": math.nan, "method_label": f"SR α={a:g}",
+    rows += [{"method": "sr", "setting": f'{{"alpha":{a},"min_tokens":8}}', "method_label": f"SR α={a:g}",
               "relative_compute": c, "improvement": i} for a, c, i in fixed]
-    rows += [{"method": "sr", "alpha": math.nan, "delta": d, "method_label": f"SR δ={d:g}",
+    rows += [{"method": "sr-adaptive", "setting": f'{{"alpha":0.5,"delta":{d}}}', "method_label": f"SR δ={d:g}",
               "relative_compute": c, "improvement": i} for d, c, i in adaptive]
     return pd.DataFrame(rows)
 
 
 def test_against_fixed_alpha_by_hand():
     summary = summary_points(fixed=[(0.5, 1.0, 100.0), (0.9, 4.0, 120.0)],
-                             adaptive=[(0.01, 2.0, 115.0), (0.1, 8.0, 118.0), (0.5, 0.5, 105.0)])
-    table = against_fixed_alpha(summary).set_index("delta")
+                             adaptive=[(0.1, 8.0, 118.0), (0.01, 2.0, 115.0), (0.5, 0.5, 105.0)])
+    table = against_fixed_alpha(summary)
+    assert table["delta"].tolist() == [0.01, 0.1, 0.5]  # read from the settings, in order of δ
+    table = table.set_index("delta")
     # compute 2 is half-way between 1 and 4 in log compute: the curve reads 110 there
     assert table.loc[0.01, "status"] == "inside"
     assert table.loc[0.01, "fixed_alpha_improvement"] == pytest.approx(110.0)
@@ -102,3 +106,8 @@ def test_against_fixed_alpha_interval_from_resamples():
     assert row["in_range_frac"] == pytest.approx(2 / 3)
     # percentiles 2.5 and 97.5 of {0, 5}
     assert (row["gap_lo"], row["gap_hi"]) == pytest.approx((0.125, 4.875))
+
+
+def test_sr_param_reads_a_setting():
+    assert sr_param('{"alpha":0.5,"delta":0.05}', "delta") == 0.05
+    assert math.isnan(sr_param('{"alpha":0.5}', "delta")) and math.isnan(sr_param(math.nan, "delta"))

@@ -37,11 +37,11 @@ def summary() -> pd.DataFrame:
     rows = []
     for pair in ("Gen-A / RM", "Gen-B / RM"):
         for n, compute, improvement in [(8, 1.0, 100.0), (16, 2.0, 130.0), (32, 4.0, 170.0), (64, 8.0, 200.0)]:
-            rows.append({"pair": pair, "method": "bon", "n": n, "alpha": np.nan,
+            rows.append({"pair": pair, "method": "bon", "n": n, "setting": f'{{"n":{n}}}', "method_label": f"Bo{n}",
                          "relative_compute": compute, "improvement": improvement})
         for alpha, compute, improvement in [(0.5, 1.5, 180.0), (0.9, 0.8, 150.0)]:
-            rows.append({"pair": pair, "method": "sr", "n": 64, "alpha": alpha,
-                         "relative_compute": compute, "improvement": improvement})
+            rows.append({"pair": pair, "method": "sr", "n": 64, "setting": f'{{"alpha":{alpha}}}',
+                         "method_label": f"SR α={alpha}", "relative_compute": compute, "improvement": improvement})
     return pd.DataFrame(rows)
 
 
@@ -122,17 +122,40 @@ def test_zero_spread_note_shortens_long_lists(summary):
     assert zero_spread_note(summary) == ""  # no such columns: nothing to say
 
 
+def legend_of(axes) -> list[str]:
+    return [text.get_text() for text in axes.get_legend().get_texts()]
+
+
 def test_figure3_draws_adaptive_sr_as_its_own_series(summary):
-    one = summary[summary["pair"] == "Gen-A / RM"].assign(delta=float("nan"))
-    adaptive = one[one["method"] == "sr"].head(1).assign(alpha=float("nan"), delta=0.05,
-                                                          relative_compute=0.3, improvement=111.0)
+    one = summary[summary["pair"] == "Gen-A / RM"]
+    adaptive = one[one["method"] == "sr"].head(1).assign(method="sr-adaptive", setting='{"alpha":0.5,"delta":0.05}',
+                                                          method_label="SR δ=0.05", relative_compute=0.3,
+                                                          improvement=111.0)
     (axes,) = figure3_compute_vs_improvement(pd.concat([one, adaptive])).axes
-    legend = [text.get_text() for text in axes.get_legend().get_texts()]
-    assert legend == ["Best-of-N", "Speculative Rejection", "SR, adaptive rejection"]
+    assert legend_of(axes) == ["Best-of-N", "SR", "SR adaptive"]
     annotations = {child.get_text() for child in axes.texts}
     assert "δ=0.05" in annotations and "α=nan" not in annotations
     adaptive_line = axes.get_lines()[-1]
     assert list(adaptive_line.get_xdata()) == [0.3] and list(adaptive_line.get_ydata()) == [111.0]
+
+
+def test_figure3_has_one_series_per_method_whatever_the_method(summary):
+    one = summary[summary["pair"] == "Gen-A / RM"]
+    sr = one[one["method"] == "sr"]
+    control = sr.assign(method="sr-random", setting=sr["setting"], method_label=["Random SR α=0.5", "Random SR α=0.9"],
+                        improvement=[120.0, 110.0])
+    other = sr.head(1).assign(method="first-k", setting='{"k":2,"n":3}', method_label="First 2 of 3",
+                              relative_compute=0.6, improvement=105.0)
+    (axes,) = figure3_compute_vs_improvement(pd.concat([other, one, control])).axes
+    # Best-of-N first, then by method name; a method from outside the project by its own name
+    assert legend_of(axes) == ["Best-of-N", "first-k", "SR", "Random SR"]
+    annotations = {child.get_text() for child in axes.texts}
+    assert {"8", "64", "α=0.5", "α=0.9", "First 2 of 3"} <= annotations  # the prefix a built-in's labels share goes
+    bars = [c for c in axes.containers if isinstance(c, ErrorbarContainer)]
+    first_k = bars[1].lines[0]
+    assert list(first_k.get_xdata()) == [0.6] and list(first_k.get_ydata()) == [105.0]
+    colors = {bar.lines[0].get_color() for bar in bars}
+    assert len(colors) == 4  # one colour per series
 
 
 def test_figure3_single_panel_without_pair_column(summary):

@@ -25,7 +25,7 @@ BON = [(32, 1.0, 100.0), (64, 2.0, 120.0), (128, 4.0, 140.0)]
 
 def summary_frame() -> pd.DataFrame:
     rows = [{"pair_key": "gen--rm", "pair": PAIR, "generator": "gen", "reward": "rm", "method": "bon", "n": n,
-             "alpha": NAN, "method_label": f"Bo{n}", "improvement": score, "relative_compute": compute,
+             "setting": f'{{"n":{n}}}', "method_label": f"Bo{n}", "improvement": score, "relative_compute": compute,
              "n_prompts": 20, "n_prompts_improvement": 19, "zero_spread_prompts": "p7",
              "confidence_level": 0.95, "bootstrap_resamples": 1000} for n, compute, score in BON]
     return pd.DataFrame(rows)
@@ -35,7 +35,7 @@ def sr_row(alpha, improvement, relative_compute, status, compute=NAN, low=NAN, h
            speedup_low=NAN, speedup_high=NAN, in_range=1.0) -> dict:
     speedup = compute / relative_compute
     return {"pair_key": "gen--rm", "pair": PAIR, "generator": "gen", "reward": "rm", "method": "sr", "n": 128,
-            "alpha": alpha, "method_label": f"SR α={alpha:g}", "improvement": improvement,
+            "setting": f'{{"alpha":{alpha}}}', "method_label": f"SR α={alpha:g}", "improvement": improvement,
             "improvement_lo": improvement - 5, "improvement_hi": improvement + 5,
             "relative_compute": relative_compute, "relative_compute_lo": relative_compute - 0.1,
             "relative_compute_hi": relative_compute + 0.1, "bon_equivalent_compute": compute,
@@ -92,7 +92,7 @@ def test_without_an_interpolated_alpha_the_highest_score_is_picked_and_marked_ou
     assert table["best"].tolist() == [False, True]
     assert not table["in_range"].any() and set(table["selection"]) == {SELECTED_BY_SCORE}
     page = render_headline_markdown(table)
-    assert "No SR α lands inside the measured Best-of-N curve" in page
+    assert "No setting of SR lands inside the measured Best-of-N curve" in page
     assert "above the largest Best-of-N (Bo128 = 140)" in page
     assert "below Bo32 (100), the cheapest Best-of-N" in page
     assert "≈ Bo320" in page and "extrapolated" in page
@@ -104,14 +104,17 @@ def runs_frame(sr_generated, first_decision=10.0, min_tokens=8) -> pd.DataFrame:
     rows = []
     lengths = {"p1": 50.0, "p2": 25.0}
     for prompt, length in lengths.items():
-        rows.append({"pair": PAIR, "method": "bon", "n": 128, "alpha": NAN, "prompt_id": prompt,
+        rows.append({"pair": PAIR, "method": "bon", "n": 128, "setting": '{"n":128}', "method_label": "Bo128",
+                     "prompt_id": prompt,
                      "tokens_generated": 128 * length, "num_candidates": 128, "init_batch_size": NAN,
                      "min_tokens": NAN, "first_decision_token": NAN})
-        rows.append({"pair": PAIR, "method": "bon", "n": 32, "alpha": NAN, "prompt_id": prompt,
+        rows.append({"pair": PAIR, "method": "bon", "n": 32, "setting": '{"n":32}', "method_label": "Bo32",
+                     "prompt_id": prompt,
                      "tokens_generated": 32 * 999.0, "num_candidates": 32, "init_batch_size": NAN,
                      "min_tokens": NAN, "first_decision_token": NAN})
     for (alpha, prompt), generated in sr_generated.items():
-        rows.append({"pair": PAIR, "method": "sr", "n": 64, "alpha": alpha, "prompt_id": prompt,
+        rows.append({"pair": PAIR, "method": "sr", "n": 64, "setting": f'{{"alpha":{alpha}}}',
+                     "method_label": f"SR α={alpha:g}", "prompt_id": prompt,
                      "tokens_generated": generated, "num_candidates": 64, "init_batch_size": 64,
                      "min_tokens": min_tokens, "first_decision_token": first_decision})
     return pd.DataFrame(rows)
@@ -134,7 +137,8 @@ def test_token_savings_against_best_of_b_init_run_to_completion():
     # α=0.9: 400 of 3200 → 0.875 and 400 of 1600 → 0.75; mean 0.8125.
     runs = runs_frame({(0.5, "p1"): 800.0, (0.5, "p2"): 1200.0, (0.9, "p1"): 400.0, (0.9, "p2"): 400.0})
     savings = token_savings(runs, correlation_frame(), n_resamples=200)
-    assert savings["alpha"].tolist() == [0.5, 0.9]
+    assert savings["method_label"].tolist() == ["SR α=0.5", "SR α=0.9"] and (savings["method"] == "sr").all()
+    assert "alpha" not in savings.columns
     assert savings["tokens_saved_frac"].tolist() == pytest.approx([0.5, 0.8125])
     assert savings["n_prompts"].tolist() == [2, 2]
     assert (savings["reference_bon_n"] == 128).all() and (savings["init_batch_size"] == 64).all()
@@ -263,11 +267,14 @@ def test_adaptive_rows_are_never_the_best_alpha_and_get_their_own_section():
     # SR δ=0.05 is inside the ladder with a higher speedup (BoN-equivalent 3.8 at compute 1.2: 3.2x) than
     # α=0.5 (2.0x), yet the best α is the paper's method's: α=0.5.
     adaptive = sr_row(0.5, 135.0, 1.2, "interpolated", compute=3.8, low=3.0, high=4.0, speedup_low=2.0,
-                      speedup_high=3.5) | {"alpha": NAN, "delta": 0.05, "method_label": "SR δ=0.05"}
+                      speedup_high=3.5) | {"method": "sr-adaptive", "setting": '{"alpha":0.5,"delta":0.05}',
+                                           "method_label": "SR δ=0.05"}
     bon_equivalent = pd.concat([two_alpha_frame(), pd.DataFrame([adaptive])], ignore_index=True)
     table = headline_table(summary_frame(), bon_equivalent)
     assert list(table["method_label"]) == ["SR α=0.5", "SR α=0.9", "SR δ=0.05"]
-    assert list(table["best"]) == [True, False, False]
+    # adaptive SR is a method of its own: SR's best α is α=0.5, and δ=0.05 is sr-adaptive's best
+    assert list(table["best"]) == [True, False, True]
+    assert list(table["method"]) == ["sr", "sr", "sr-adaptive"]
     against = pd.DataFrame([{"pair": PAIR, "method_label": "SR δ=0.05", "delta": 0.05, "improvement": 135.0,
                              "relative_compute": 1.2, "status": "below_range", "fixed_alpha_improvement": NAN,
                              "gap": NAN, "gap_lo": NAN, "gap_hi": NAN, "in_range_frac": NAN, "dominated_by": "",
@@ -289,3 +296,69 @@ def test_adaptive_rows_are_never_the_best_alpha_and_get_their_own_section():
     assert "50% (25%–75%)" in section and " 0.50 |" in section  # rows kept by the rule; the equal α
     assert "+10.0 [+0.0, +20.0]" in section  # survival difference in points
     assert "τ=8: slope 0.50, σ 0.250, 2σ/slope 1.000" in section and "10 held-out prompts" in section
+
+
+def test_every_method_gets_its_best_setting_and_its_own_statement():
+    # SR: α=0.5 inside (speedup 2.0). Random SR: both settings inside; α=0.9's speedup (1.2 / 0.8 = 1.5)
+    # beats α=0.5's (1.1 / 1.0 = 1.1). first-k: below Bo32, so its best is its highest score.
+    control = [sr_row(alpha, score, compute, "interpolated", compute=equivalent) | {
+        "method": "sr-random", "method_label": f"Random SR α={alpha:g}"}
+        for alpha, score, compute, equivalent in ((0.5, 102.0, 1.0, 1.1), (0.9, 104.0, 0.8, 1.2))]
+    other = sr_row(0.5, 90.0, 0.5, "below_range", extrapolated=0.6) | {
+        "method": "first-k", "setting": '{"k":2,"n":3}', "method_label": "First 2 of 3", "n": NAN}
+    bon_equivalent = pd.concat([pd.DataFrame([other, *control]), two_alpha_frame()], ignore_index=True)
+    table = headline_table(summary_frame(), bon_equivalent)
+    # per pair: the methods by name, each method's settings in the input's order
+    assert table["method_label"].tolist() == ["First 2 of 3", "SR α=0.5", "SR α=0.9", "Random SR α=0.5",
+                                              "Random SR α=0.9"]
+    assert table["best"].tolist() == [True, True, False, False, True]
+    assert table.groupby("method", sort=False)["selection"].first().to_dict() == {
+        "first-k": SELECTED_BY_SCORE, "sr": SELECTED_BY_SPEEDUP, "sr-random": SELECTED_BY_SPEEDUP}
+    page = render_headline_markdown(table)
+    paragraphs = page.split(f"## {PAIR}")[1].split("\n\n")
+    assert paragraphs[1].startswith("No setting of first-k lands inside the measured Best-of-N curve (Bo32 = 100 "
+                                    "to Bo128 = 140). Its highest-scoring: **First 2 of 3** scores 90")
+    assert "below Bo32 (100), the cheapest Best-of-N" in paragraphs[1]
+    assert paragraphs[2].startswith("**SR α=0.5** scores 130")
+    assert paragraphs[3].startswith("**Random SR α=0.9** scores 104")
+    assert "1.5× less compute at equal score" in paragraphs[3]  # 1.2 / 0.8 (no interval in these inputs)
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("|")]
+    assert rows[0][0] == "Setting" and [row[0] for row in rows[2:]] == [
+        "**First 2 of 3** (best)", "**SR α=0.5** (best)", "SR α=0.9", "Random SR α=0.5", "**Random SR α=0.9** (best)"]
+    assert "FLOPs" not in page  # no FLOP counts in these inputs: no FLOP column, no FLOP note
+
+
+def test_the_flop_ratio_stands_beside_the_wall_time_ratio():
+    row = sr_row(0.5, 130.0, 1.5, "interpolated", compute=3.0, low=2.5, high=3.5) | {
+        "relative_flops": 0.8, "relative_flops_lo": 0.7, "relative_flops_hi": 0.9}
+    table = headline_table(summary_frame(), pd.DataFrame([row]))
+    assert table[["relative_flops", "relative_flops_lo", "relative_flops_hi"]].values.tolist() == [[0.8, 0.7, 0.9]]
+    page = render_headline_markdown(table)
+    assert "at 1.5× [1.4, 1.6] Bo32's compute (0.80× [0.70, 0.90] its FLOPs); Best-of-N needs" in page
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("|")]
+    assert rows[0][2:4] == ["compute (× Bo32)", "FLOPs (× Bo32)"] and rows[2][2:4] == ["1.5 [1.4, 1.6]",
+                                                                                       "0.80 [0.70, 0.90]"]
+    assert "FLOPs: the records' FLOP counts" in page
+
+
+def test_token_savings_of_a_method_without_an_initial_batch_or_rounds():
+    # first-k samples 3 candidates (num_candidates) and records neither init_batch_size nor rounds:
+    # p1 1 − 60 / (3 × 50) = 0.6, p2 1 − 15 / (3 × 25) = 0.8 → 0.7.
+    runs = runs_frame({(0.5, "p1"): 800.0, (0.5, "p2"): 1200.0})
+    other = pd.DataFrame([{"pair": PAIR, "method": "first-k", "n": NAN, "setting": '{"k":2,"n":3}',
+                           "method_label": "First 2 of 3", "prompt_id": prompt, "tokens_generated": generated,
+                           "num_candidates": 3, "init_batch_size": NAN, "min_tokens": NAN,
+                           "first_decision_token": NAN} for prompt, generated in (("p1", 60.0), ("p2", 15.0))])
+    savings = token_savings(pd.concat([runs, other], ignore_index=True), correlation_frame(), n_resamples=0)
+    assert savings["method_label"].tolist() == ["First 2 of 3", "SR α=0.5"]
+    first = savings.iloc[0]
+    assert first["tokens_saved_frac"] == pytest.approx(0.7) and first["init_batch_size"] == 3
+    assert first["decision_token_source"] == "unknown" and math.isnan(first["oracle_tokens_saved_frac"])
+    assert savings.iloc[1]["tokens_saved_frac"] == pytest.approx(0.5)  # SR's, as without first-k
+    other_row = sr_row(0.5, 90.0, 0.5, "below_range", extrapolated=0.6) | {
+        "method": "first-k", "setting": '{"k":2,"n":3}', "method_label": "First 2 of 3", "n": NAN}
+    headline = headline_table(summary_frame(), pd.DataFrame([other_row, *two_alpha_frame().to_dict("records")]))
+    page = render_headline_markdown(headline, savings)
+    assert "**Tokens (first-k).** first-k's first decision token was not recorded" in page
+    assert "first-k saved, of the tokens Best-of-3 would generate" in page and "First 2 of 3 70%" in page
+    assert "**Tokens (SR).** SR's first rejection comes at token 10" in page

@@ -13,7 +13,6 @@ from analysis.metrics import (
     bootstrap_weights,
     interpolate_log_compute,
     locate_on_curves,
-    method_label,
     method_summary,
     per_prompt_improvement,
     percentile_interval,
@@ -29,19 +28,30 @@ SCORES = {"p1": (1.0, 2.0, 3.0, 2.5), "p2": (0.0, 4.0, 10.0, 5.0)}
 BO8_WORST = {"p1": -1.0, "p2": -10.0}
 # Seconds per prompt and parallel shards: Bo128 ran as 4 parallel shards of 4 s each.
 TIMING = {"bo8": (1.0, 1), "bo32": (4.0, 1), "bo128": (4.0, 4), "sr": (2.0, 1)}
-CONFIGS = [("bon", 8, math.nan, "bo8"), ("bon", 32, math.nan, "bo32"),
-           ("bon", 128, math.nan, "bo128"), ("sr", 128, 0.5, "sr")]
+# (method, n, setting, method_label, key): the configuration columns of analysis.io's runs frame.
+CONFIGS = [("bon", 8, '{"n":8}', "Bo8", "bo8"), ("bon", 32, '{"n":32}', "Bo32", "bo32"),
+           ("bon", 128, '{"n":128}', "Bo128", "bo128"), ("sr", 128, '{"alpha":0.5}', "SR α=0.5", "sr")]
+
+
+def sr_config(alpha: float) -> dict:
+    """The configuration columns of SR at ``alpha``, written out by hand."""
+    return {"method": "sr", "setting": f'{{"alpha":{alpha}}}', "method_label": f"SR α={alpha}"}
+
+
+BON_120, BON_3840 = ({"method": "bon", "n": n, "setting": f'{{"n":{n}}}', "method_label": f"Bo{n}"}
+                     for n in (120, 3840))
 
 
 def hand_runs(scores=SCORES, bo8_worst=BO8_WORST) -> pd.DataFrame:
     rows = []
     for prompt_id, prompt_scores in scores.items():
-        for (method, n, alpha, key), score in zip(CONFIGS, prompt_scores, strict=True):
+        for (method, n, setting, label, key), score in zip(CONFIGS, prompt_scores, strict=True):
             time_s, shards = TIMING[key]
             # Only Bo-N_min's worst score matters; the others get an arbitrary lower value.
             worst = bo8_worst[prompt_id] if key == "bo8" else score - 100.0
-            rows.append({"method": method, "n": n, "alpha": alpha, "prompt_id": prompt_id,
-                         "score": score, "worst_score": worst, "time_s": time_s, "shards": shards})
+            rows.append({"method": method, "n": n, "setting": setting, "method_label": label,
+                         "prompt_id": prompt_id, "score": score, "worst_score": worst, "time_s": time_s,
+                         "shards": shards})
     return pd.DataFrame(rows)
 
 
@@ -50,12 +60,10 @@ def eq8_runs(per_prompt: dict) -> pd.DataFrame:
     rows = []
     for prompt_id, (best, worst, largest, sr) in per_prompt.items():
         rows += [
-            {"method": "bon", "n": 120, "alpha": math.nan, "prompt_id": prompt_id, "score": best,
-             "worst_score": worst, "time_s": 1.0},
-            {"method": "bon", "n": 3840, "alpha": math.nan, "prompt_id": prompt_id, "score": largest,
-             "worst_score": worst - 1.0, "time_s": 32.0},
-            {"method": "sr", "n": 3840, "alpha": 0.5, "prompt_id": prompt_id, "score": sr,
-             "worst_score": math.nan, "time_s": 2.0},
+            {**BON_120, "prompt_id": prompt_id, "score": best, "worst_score": worst, "time_s": 1.0},
+            {**BON_3840, "prompt_id": prompt_id, "score": largest, "worst_score": worst - 1.0, "time_s": 32.0},
+            {**sr_config(0.5), "n": 3840, "prompt_id": prompt_id, "score": sr, "worst_score": math.nan,
+             "time_s": 2.0},
         ]
     return pd.DataFrame(rows)
 
@@ -67,12 +75,15 @@ def random_runs(n_prompts=60, seed=0) -> pd.DataFrame:
     for p in range(n_prompts):
         best8 = rng.normal(0, 1)
         worst8 = best8 - rng.uniform(1, 3)
-        for method, n, alpha, mean_gain, time_s in [("bon", 8, math.nan, 0.0, 1.0), ("bon", 32, math.nan, 0.6, 4.0),
-                                                    ("bon", 128, math.nan, 1.2, 16.0), ("sr", 128, 0.5, 0.9, 2.0),
-                                                    ("sr", 128, 0.9, 0.5, 1.0)]:
-            rows.append({"method": method, "n": n, "alpha": alpha, "prompt_id": f"p{p}",
+        for config, n, mean_gain, time_s in [
+            ({"method": "bon", "setting": '{"n":8}', "method_label": "Bo8"}, 8, 0.0, 1.0),
+            ({"method": "bon", "setting": '{"n":32}', "method_label": "Bo32"}, 32, 0.6, 4.0),
+            ({"method": "bon", "setting": '{"n":128}', "method_label": "Bo128"}, 128, 1.2, 16.0),
+            (sr_config(0.5), 128, 0.9, 2.0), (sr_config(0.9), 128, 0.5, 1.0),
+        ]:
+            rows.append({**config, "n": n, "prompt_id": f"p{p}",
                          "score": best8 + (mean_gain + rng.normal(0, 0.3) if mean_gain else 0.0),
-                         "worst_score": worst8 if n == 8 else math.nan,
+                         "worst_score": worst8 if config["method_label"] == "Bo8" else math.nan,
                          "time_s": time_s * rng.uniform(0.5, 1.5)})
     return pd.DataFrame(rows)
 
@@ -180,7 +191,7 @@ def test_prompts_missing_from_any_configuration_are_excluded():
 def test_summary_is_computed_per_group():
     runs = pd.concat([hand_runs().assign(pair="A"), hand_runs().assign(pair="B", time_s=lambda f: f["time_s"] * 3)])
     summary = method_summary(runs, by=["pair"], n_resamples=100)
-    assert list(summary.columns[:4]) == ["pair", "method", "n", "alpha"]
+    assert list(summary.columns[:5]) == ["pair", "method", "setting", "method_label", "n"]
     assert len(summary) == 8
     # Tripling every time leaves ratios, and their intervals, unchanged.
     for column in ("relative_compute", "relative_compute_lo", "relative_compute_hi", "improvement_hi"):
@@ -196,12 +207,13 @@ def test_duplicate_rows_for_a_configuration_and_prompt_are_rejected():
 def test_summary_columns():
     runs = hand_runs().assign(perplexity=2.0)
     assert list(method_summary(runs).columns) == [
-        "method", "n", "alpha", "delta", "method_label", "n_prompts", "mean_score", "improvement",
+        "method", "setting", "method_label", "n", "n_prompts", "mean_score", "improvement",
         "n_prompts_improvement", "zero_spread_prompts", "compute_s", "relative_compute",
-        "speedup_vs_largest_bon", "perplexity", "improvement_lo", "improvement_hi",
-        "relative_compute_lo", "relative_compute_hi", "speedup_vs_largest_bon_lo",
-        "speedup_vs_largest_bon_hi", "perplexity_lo", "perplexity_hi", "confidence_level",
-        "bootstrap_resamples",
+        "speedup_vs_largest_bon", "compute_flops", "relative_flops", "flops_speedup_vs_largest_bon",
+        "perplexity", "improvement_lo", "improvement_hi", "relative_compute_lo", "relative_compute_hi",
+        "speedup_vs_largest_bon_lo", "speedup_vs_largest_bon_hi", "relative_flops_lo", "relative_flops_hi",
+        "flops_speedup_vs_largest_bon_lo", "flops_speedup_vs_largest_bon_hi", "perplexity_lo", "perplexity_hi",
+        "confidence_level", "bootstrap_resamples",
     ]
 
 
@@ -224,7 +236,7 @@ def test_point_estimates_do_not_depend_on_the_bootstrap():
     pd.testing.assert_frame_equal(with_ci[columns], without[columns])
     assert without["improvement_lo"].isna().all()
     # ... and equal the plain formulas.
-    sr = runs[(runs["method"] == "sr") & (runs["alpha"] == 0.5)]
+    sr = runs[runs["method_label"] == "SR α=0.5"]
     bo8 = runs[runs["n"] == 8].set_index("prompt_id")
     spread = bo8["score"] - bo8["worst_score"]
     plain = (100 * (1 - (bo8["score"] - sr.set_index("prompt_id")["score"]) / spread)).mean()
@@ -238,7 +250,7 @@ def test_a_constant_statistic_has_a_degenerate_interval_thanks_to_pairing():
     # an unpaired bootstrap would spread the ratio, a paired one keeps it at 2 on every resample.
     runs = random_runs(seed=2)
     bo8_time = runs[runs["n"] == 8].set_index("prompt_id")["time_s"]
-    sr = (runs["method"] == "sr") & (runs["alpha"] == 0.5)
+    sr = runs["method_label"] == "SR α=0.5"
     runs.loc[sr, "time_s"] = 2 * runs.loc[sr, "prompt_id"].map(bo8_time * np.linspace(1, 10, len(bo8_time))).values
     runs.loc[runs["n"] == 8, "time_s"] = runs.loc[runs["n"] == 8, "time_s"] * np.linspace(1, 10, len(bo8_time))
     row = by_label(method_summary(runs, n_resamples=300)).loc["SR α=0.5"]
@@ -251,7 +263,7 @@ def test_a_constant_statistic_has_a_degenerate_interval_thanks_to_pairing():
 def test_the_same_resamples_serve_every_configuration():
     runs = random_runs(seed=4)
     # A second SR configuration with exactly SR α=0.5's per-prompt data.
-    twin = runs[runs["alpha"] == 0.5].assign(alpha=0.6)
+    twin = runs[runs["method_label"] == "SR α=0.5"].assign(**sr_config(0.6))
     summary = by_label(method_summary(pd.concat([runs, twin]), n_resamples=300))
     columns = ["improvement_lo", "improvement_hi", "relative_compute_lo", "relative_compute_hi"]
     pd.testing.assert_series_equal(summary.loc["SR α=0.5", columns], summary.loc["SR α=0.6", columns],
@@ -277,7 +289,7 @@ def test_the_interval_brackets_the_estimate_and_matches_scipy_for_a_mean():
         assert row["improvement_lo"] < row["improvement"] < row["improvement_hi"]
         assert row["relative_compute_lo"] < row["relative_compute"] < row["relative_compute_hi"]
     # Improvement is a plain mean over prompts: scipy's percentile bootstrap gives nearly the same.
-    sr = runs[runs["alpha"] == 0.5].sort_values("prompt_id")
+    sr = runs[runs["method_label"] == "SR α=0.5"].sort_values("prompt_id")
     per_prompt = per_prompt_improvement(pd.concat([runs[runs["method"] == "bon"], sr])).loc[sr.index]
     reference = stats.bootstrap((per_prompt.to_numpy(),), np.mean, n_resamples=2000, method="percentile",
                                 rng=np.random.default_rng(0)).confidence_interval
@@ -432,8 +444,88 @@ def test_mean_perplexity_of_returned_responses_per_configuration():
     assert (summary["perplexity_lo"] >= 2.0).all() and (summary["perplexity_hi"] <= 4.0).all()
 
 
-def test_method_labels():
-    assert method_label("bon", 120, math.nan) == "Bo120"
-    assert method_label("sr", 120, 0.5) == "SR α=0.5"
-    with pytest.raises(ValueError):
-        method_label("beam", 4, math.nan)
+# --- FLOPs -----------------------------------------------------------------------------------
+
+# FLOPs per prompt (p1, p2): the ratio of summed FLOPs, as relative compute is one of summed seconds.
+FLOPS = {"bo8": (10.0, 30.0), "bo32": (40.0, 120.0), "bo128": (160.0, 480.0), "sr": (15.0, 25.0)}
+
+
+def with_flops(runs: pd.DataFrame, flops=FLOPS) -> pd.DataFrame:
+    key = {label: key for _, _, _, label, key in CONFIGS}
+    return runs.assign(flops=[flops[key[label]][0 if prompt == "p1" else 1]
+                              for label, prompt in zip(runs["method_label"], runs["prompt_id"], strict=True)])
+
+
+def test_relative_flops_on_a_hand_worked_two_prompt_example():
+    summary = by_label(method_summary(with_flops(hand_runs()), n_resamples=1000))
+    # Summed over p1 and p2: Bo8 10 + 30 = 40, Bo32 160, Bo128 640, SR 15 + 25 = 40.
+    assert summary["compute_flops"].to_dict() == {"Bo8": 40.0, "Bo32": 160.0, "Bo128": 640.0, "SR α=0.5": 40.0}
+    # relative_flops = SR's summed FLOPs / Bo8's = 40 / 40 = 1.0 (not the mean of the per-prompt
+    # ratios, (1.5 + 0.833) / 2 = 1.17); the FLOP speedup against Bo128 is 640 / 40 = 16.
+    assert summary["relative_flops"].to_dict() == {"Bo8": 1.0, "Bo32": 4.0, "Bo128": 16.0, "SR α=0.5": 1.0}
+    assert summary.loc["SR α=0.5", "flops_speedup_vs_largest_bon"] == 16.0
+    assert summary.loc["Bo8", "flops_speedup_vs_largest_bon"] == 16.0
+    # Two prompts: a resample is {p1, p1} (15 / 10 = 1.5), {p2, p2} (25 / 30 = 0.833) or one of
+    # each (1.0), the first two a quarter of the resamples each, so the 95% interval is their span.
+    assert (summary.loc["SR α=0.5", "relative_flops_lo"], summary.loc["SR α=0.5", "relative_flops_hi"]) == (
+        pytest.approx(25 / 30), pytest.approx(1.5))
+    # Bo32 has 4x Bo8's FLOPs on each prompt: 4 on every resample (paired).
+    assert (summary.loc["Bo32", "relative_flops_lo"], summary.loc["Bo32", "relative_flops_hi"]) == (4.0, 4.0)
+    # The wall-time statistics are untouched.
+    assert summary["relative_compute"].to_dict() == {"Bo8": 1.0, "Bo32": 4.0, "Bo128": 16.0, "SR α=0.5": 2.0}
+
+
+def test_relative_flops_is_nan_without_counts():
+    summary = by_label(method_summary(hand_runs(), n_resamples=50))  # no flops column: older runs
+    assert summary["relative_flops"].isna().all() and summary["relative_flops_lo"].isna().all()
+    # One uncounted prompt of SR: no partial sum passes for SR's FLOPs; the others keep theirs.
+    runs = with_flops(hand_runs())
+    runs.loc[(runs["method"] == "sr") & (runs["prompt_id"] == "p2"), "flops"] = math.nan
+    summary = by_label(method_summary(runs, n_resamples=50))
+    assert math.isnan(summary.loc["SR α=0.5", "relative_flops"])
+    assert summary.loc["Bo32", "relative_flops"] == 4.0
+    # Without Bo-N_min's counts there is nothing to be relative to.
+    runs = with_flops(hand_runs())
+    runs.loc[runs["method_label"] == "Bo8", "flops"] = math.nan
+    assert method_summary(runs, n_resamples=0)["relative_flops"].isna().all()
+
+
+# --- any method ------------------------------------------------------------------------------
+
+
+def test_a_method_from_outside_the_project_is_summarised_and_located_like_sr():
+    # "first-k" with a setting of its own: per prompt p1 2.0, p2 5.0, i.e. SR's scores, at 1 s.
+    runs = hand_runs()
+    other = runs[runs["method"] == "sr"].assign(method="first-k", setting='{"k":2,"n":3}',
+                                                method_label="First 2 of 3", n=math.nan, time_s=1.0)
+    other["score"] = other["prompt_id"].map({"p1": 2.0, "p2": 5.0})
+    runs = pd.concat([runs, other], ignore_index=True)
+    summary = method_summary(runs, n_resamples=200)
+    # Best-of-N by N, then the other methods by name: "first-k" before "sr".
+    assert summary["method_label"].tolist() == ["Bo8", "Bo32", "Bo128", "First 2 of 3", "SR α=0.5"]
+    row = by_label(summary).loc["First 2 of 3"]
+    # p1 100·(1 + 1/2) = 150, p2 100·(1 + 5/10) = 150; compute 2 s of Bo8's 2 s.
+    assert (row["improvement"], row["relative_compute"], row["setting"]) == (150.0, 1.0, '{"k":2,"n":3}')
+    located = bon_equivalent_compute(summary, draws=bootstrap_draws(runs, n_resamples=200)).set_index("method_label")
+    assert located.index.tolist() == ["First 2 of 3", "SR α=0.5"]
+    # 150 lies between Bo32 (4, 145) and Bo128 (16, 200): 4 · 4^(5/55) in log compute, speedup that / 1.
+    expected = 4 * 4 ** (5 / 55)
+    assert located.loc["First 2 of 3", "bon_equivalent_status"] == "interpolated"
+    assert located.loc["First 2 of 3", "bon_equivalent_compute"] == pytest.approx(expected)
+    assert located.loc["First 2 of 3", "compute_speedup"] == pytest.approx(expected)
+    assert located.loc["First 2 of 3", "method"] == "first-k"
+    assert located.loc["SR α=0.5", "compute_speedup"] == pytest.approx(4 * 4 ** (17.5 / 55) / 2)
+
+
+def test_settings_are_ordered_by_their_labels_numbers_and_shared_labels_told_apart():
+    runs = hand_runs()
+    sr = runs[runs["method"] == "sr"]
+    extra = [sr.assign(method="first-k", setting=f'{{"k":{k}}}', method_label=f"First {k}") for k in (10, 2)]
+    # Two SR settings that differ only in a parameter the label does not show.
+    extra.append(sr.assign(setting='{"alpha":0.5,"min_tokens":16}'))
+    summary = method_summary(pd.concat([runs, *extra], ignore_index=True), n_resamples=0)
+    # (equal labels: by setting text, where '{"alpha":0.5,"min_tokens":16}' sorts before '{"alpha":0.5}')
+    assert summary["method_label"].tolist() == [
+        "Bo8", "Bo32", "Bo128", "First 2", "First 10", "SR α=0.5 (min_tokens=16)", "SR α=0.5 (min_tokens=unset)"]
+    with pytest.raises(ValueError, match="several method_label"):
+        method_summary(pd.concat([runs, sr.assign(method_label="SR again", prompt_id=["p3", "p4"])]))

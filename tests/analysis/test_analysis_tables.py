@@ -8,10 +8,10 @@ import pytest
 from analysis.tables import (
     NOT_EVALUATED,
     REFERENCE_NOTE,
+    interval_note,
     render_latex,
     render_markdown,
     table1_win_rates,
-    interval_note,
     table2_perplexity_speedup,
     with_intervals,
     write_table,
@@ -59,10 +59,25 @@ def test_repeated_generator_and_method_is_an_error():
 
 def test_table2_columns():
     summary = pd.DataFrame({"generator": ["G"] * 2, "method_label": ["Bo120", "SR α=0.5"],
-                            "perplexity": [3.2, 3.0], "speedup_vs_largest_bon": [1.0, 12.5]})
+                            "perplexity": [3.2, 3.0], "speedup_vs_largest_bon": [1.0, 12.5],
+                            "flops_speedup_vs_largest_bon": [1.0, 20.0]})
     table = table2_perplexity_speedup(summary)
-    assert table.columns.tolist() == ["G PPL", "G Speedup", "Average PPL", "Average Speedup"]
-    assert table.loc["SR α=0.5", "Average Speedup"] == 12.5
+    assert table.columns.tolist() == ["G PPL", "G Speedup", "G FLOP speedup", "Average PPL", "Average Speedup",
+                                      "Average FLOP speedup"]
+    assert table.loc["SR α=0.5", "Average Speedup"] == 12.5 and table.loc["SR α=0.5", "G FLOP speedup"] == 20.0
+    # a summary without FLOP counts (older runs) keeps the layout, its FLOP cells missing
+    table = table2_perplexity_speedup(summary.drop(columns="flops_speedup_vs_largest_bon"))
+    assert "G FLOP speedup" in table.columns and table["G FLOP speedup"].isna().all()
+
+
+def test_table2_has_a_row_per_setting_of_every_method():
+    summary = pd.DataFrame({"generator": ["G"] * 4, "method_label": ["Bo8", "First 2 of 3", "SR α=0.5", "SR δ=0.05"],
+                            "perplexity": [3.0, 2.0, 2.5, 2.6], "speedup_vs_largest_bon": [4.0, 2.0, 8.0, 6.0],
+                            "flops_speedup_vs_largest_bon": [4.0, 2.5, float("nan"), 5.0]})
+    table = table2_perplexity_speedup(summary)
+    assert table.index.tolist() == ["Bo8", "First 2 of 3", "SR α=0.5", "SR δ=0.05"]
+    assert table.loc["First 2 of 3", ["G Speedup", "G FLOP speedup"]].tolist() == [2.0, 2.5]
+    assert r"SR $\delta$=0.05" in render_latex(table) and "δ" not in render_latex(table)
 
 
 SUMMARY_WITH_CI = pd.DataFrame({
@@ -76,16 +91,17 @@ SUMMARY_WITH_CI = pd.DataFrame({
 def test_table2_keeps_interval_ends_as_numbers_beside_each_value():
     table = table2_perplexity_speedup(SUMMARY_WITH_CI)
     assert table.columns.tolist() == [
-        "G PPL", "G PPL lo", "G PPL hi", "G Speedup", "G Speedup lo", "G Speedup hi",
-        "H PPL", "H PPL lo", "H PPL hi", "H Speedup", "H Speedup lo", "H Speedup hi",
-        "Average PPL", "Average Speedup"]
+        "G PPL", "G PPL lo", "G PPL hi", "G Speedup", "G Speedup lo", "G Speedup hi", "G FLOP speedup",
+        "H PPL", "H PPL lo", "H PPL hi", "H Speedup", "H Speedup lo", "H Speedup hi", "H FLOP speedup",
+        "Average PPL", "Average Speedup", "Average FLOP speedup"]
     assert table.loc["SR α=0.5", "H Speedup lo"] == 18.25
     assert table.loc["SR α=0.5", "Average Speedup"] == 16.25
 
 
 def test_intervals_are_shown_as_value_lo_hi():
     shown = with_intervals(table2_perplexity_speedup(SUMMARY_WITH_CI), decimals=1)
-    assert shown.columns.tolist() == ["G PPL", "G Speedup", "H PPL", "H Speedup", "Average PPL", "Average Speedup"]
+    assert shown.columns.tolist() == ["G PPL", "G Speedup", "G FLOP speedup", "H PPL", "H Speedup", "H FLOP speedup",
+                                      "Average PPL", "Average Speedup", "Average FLOP speedup"]
     assert shown.loc["SR α=0.5", "G PPL"] == "3.0 [2.9, 3.2]"
     assert shown.loc["SR α=0.5", "H Speedup"] == "20.0"  # an interval end is missing: the value alone
     assert shown.loc["SR α=0.5", "Average PPL"] == "3.2"
@@ -95,8 +111,8 @@ def test_write_table_with_intervals(tmp_path):
     table = table2_perplexity_speedup(SUMMARY_WITH_CI)
     csv, markdown, latex = write_table(table, tmp_path / "table2")
     pd.testing.assert_frame_equal(pd.read_csv(csv, index_col="Method"), table, check_names=False)
-    assert ["SR α=0.5", "3.0 [2.9, 3.2]", "12.5 [11.0, 14.0]", "3.5 [3.1, 3.9]", "20.0", "3.2", "16.2"] in \
-        markdown_cells(markdown.read_text())
+    assert ["SR α=0.5", "3.0 [2.9, 3.2]", "12.5 [11.0, 14.0]", "--", "3.5 [3.1, 3.9]", "20.0", "--", "3.2", "16.2",
+            "--"] in markdown_cells(markdown.read_text())
     assert r"SR $\alpha$=0.5 & 3.0 [2.9, 3.2] & 12.5 [11.0, 14.0]" in latex.read_text()
     assert "95% percentile intervals" in interval_note(0.95, 1000) and "1000 resamples" in interval_note(0.95, 1000)
 

@@ -395,3 +395,36 @@ def test_failed_jobs_and_the_message_that_says_how_to_resume(tmp_path, monkeypat
     assert plan.resume_command(["/venv/bin/snakemake", "--cores", "2", "--configfile", "my config.yaml"], {}) == \
         "snakemake --cores 2 --configfile 'my config.yaml'"
     assert plan.resume_command(["snakemake"], {"SPECREJ_RESUME": "make study"}) == "make study"
+
+
+def test_method_settings_sr_alphas_then_the_methods_grids(config):
+    config["methods"] = [{"name": "sr-random", "grid": {"alpha": [0.7, 0.5], "min_tokens": [4]}}]
+    runs = plan.method_settings(config)
+    assert list(runs) == [("sr", "alpha0.25"), ("sr", "alpha0.5"), ("sr-random", "alpha0.7"), ("sr-random", "alpha0.5")]
+    assert runs[("sr-random", "alpha0.7")] == {"spec": "sr-random", "params": {"alpha": 0.7, "min_tokens": 4}}
+    config["sr"].update(batch_size=64, decision_tokens=[8, 16], memory_budget="64MiB")
+    args = shlex.split(plan.method_args(config, config["pairs"][1], "sr-random", {"alpha": 0.7, "min_tokens": 4}))
+    assert args[args.index("--method") + 1] == "sr-random"
+    params = [args[i + 1] for i, a in enumerate(args) if a == "--param"]
+    # the sr block's schedule (batch size, decision tokens, max_init_batch), the grid's min_tokens over it
+    assert params == ["batch_size=64", "min_tokens=4", "max_init_batch=1000", "decision_tokens=8,16", "alpha=0.7"]
+    assert args[args.index("--memory-budget") + 1] == "64MiB"
+    from specrej.cli import build_parser
+
+    parsed = build_parser().parse_args(["generate", *args, "--prompts", "p.json", "--out", "o.jsonl"])
+    assert parsed.method == "sr-random" and parsed.param == params
+
+
+@pytest.mark.parametrize("methods, message", [
+    ([{"name": "beam"}], "methods[0].name: unknown method 'beam'"),
+    ([{"name": "sr-random", "grid": {"alpha": [0.5, 1.5]}}], "methods[0].grid.alpha: --alpha must be in [0, 1), got 1.5"),
+    ([{"name": "sr-random", "grid": {"beam": [2]}}],
+     "methods[0].grid.beam: sr-random (random-halting SR (control)) takes no parameter 'beam'"),
+    ([{"name": "bon", "grid": {"n": [4]}}], "methods[0].name: bon has its own block"),
+    ([{"name": "sr-random"}, {"name": "sr-random"}], "methods[1].name: sr-random is listed twice"),
+])
+def test_methods_entries_are_checked_against_their_declarations(raw_config, methods, message):
+    raw_config["methods"] = methods
+    with pytest.raises(plan.ConfigError) as error:
+        plan.validate_config(raw_config, SCHEMA)
+    assert message in str(error.value)

@@ -50,14 +50,15 @@ def job_counts(output: str) -> dict[str, int]:
     # 24 prompts in 2 chunks: 8 shards of Bo16 (the ladder Bo16..Bo128, nested), 3 alphas; the
     # correlation study scores Best-of-N's own responses (no generation of its own); adaptive SR
     # at 2 deltas, fit on 10 held-out prompts (1 chunk: Best-of-N shards 0-1, scored)
-    (None, {"bon_shard": 2 * 8 + 2, "bon_direct": None, "sr": 2 * 3, "sr_adaptive": 2 * 2,
+    # and the random-halting control at SR's 3 alphas (methods:)
+    (None, {"bon_shard": 2 * 8 + 2, "bon_direct": None, "method_run": 2 * 3 * 2, "sr_adaptive": 2 * 2,
             "generate_correlation": None, "score_prefixes": 2 + 1, "calibration_fit": 1, "adaptive_survival": 1,
-            "merge_bon": 4, "merge_sr": 3 + 2, "table1": 1, "table2": 1, "figure2": 1, "figure3": 1, "figure4": 1,
+            "merge_bon": 4, "merge_method": 3 * 2, "merge_sr_adaptive": 2, "table1": 1, "table2": 1, "figure2": 1, "figure3": 1, "figure4": 1,
             "correlation_summary": 1}),
     # 12 pairs x 10 chunks of 10 prompts: 32 shards of Bo120, 9 alphas; the 9 reward-model pairs
     # get the correlation study, every N is a multiple of 120 (no direct runs)
-    ("config/paper.yaml", {"bon_shard": 12 * 10 * 32, "bon_direct": None, "sr": 12 * 10 * 9, "merge_bon": 12 * 6,
-                           "merge_sr": 12 * 9, "generate_correlation": None, "score_prefixes": 9 * 10,
+    ("config/paper.yaml", {"bon_shard": 12 * 10 * 32, "bon_direct": None, "method_run": 12 * 10 * 9,
+                           "merge_bon": 12 * 6, "merge_method": 12 * 9, "generate_correlation": None, "score_prefixes": 9 * 10,
                            "sr_adaptive": None, "calibration_fit": None,
                            "prompt_chunk": 10, "table1": 1, "table2": 1}),
 ])
@@ -150,7 +151,9 @@ def test_a_failed_job_ends_with_its_name_its_log_and_the_command_that_resumes(tm
 # the full tiny run: killed part-way, rerun, every output checked
 # ------------------------------------------------------------------------------------------
 
-METHODS = ["Bo2", "Bo4", "Bo8", "SR α=0.5", "SR α=0.75", "SR δ=0.2"]
+# Best-of-N by N, then the other methods by name (analysis.settings.configuration_order): the
+# outside method (first-k), SR, adaptive SR
+METHODS = ["Bo2", "Bo4", "Bo8", "First 1 of 3", "SR α=0.5", "SR α=0.75", "SR δ=0.2"]
 
 
 def alpaca_eval_available() -> bool:
@@ -176,9 +179,15 @@ def test_tiny_run_from_an_empty_cache_survives_a_kill_and_produces_every_output(
     """The tiny config as a user's first run meets it: the real default model, an empty
     SPECREJ_CACHE, two jobs at a time. The model is fetched and converted once, by its own job,
     before any generation job starts."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-           "SPECREJ_CACHE": str(tmp_path / "cache")}
-    args = ["--cores", "2", "--configfile", TINY_CONFIG]
+    from test_methods import OUTSIDE_METHOD
+
+    # a method from outside the project: one file of the test's own, named in a config
+    (tmp_path / "outside_method.py").write_text(OUTSIDE_METHOD)
+    methods = tmp_path / "methods.yaml"
+    methods.write_text("methods:\n  - {name: 'python:outside_method:FIRST_K', grid: {budget: [3]}}\n")
+    env = {**os.environ, "SPECREJ_CACHE": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(TESTS), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    args = ["--cores", "2", "--configfile", TINY_CONFIG, methods]
     results = tmp_path / "results"
 
     # 1. start, and kill the whole process tree (as a lost node would) once some generations are done
@@ -197,7 +206,7 @@ def test_tiny_run_from_an_empty_cache_survives_a_kill_and_produces_every_output(
 
     # 2. a killed run leaves its lock: unlock, rerun, and finish without redoing finished jobs
     assert snakemake(*args, "--unlock", cwd=tmp_path, env=env).returncode == 0
-    result = snakemake(*args, cwd=tmp_path, env=env, timeout=400)
+    result = snakemake(*args, cwd=tmp_path, env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     after = _finished_generation_outputs(results)
     assert {p: after[p] for p in before} == before, "finished generations were redone"
@@ -247,6 +256,15 @@ def test_tiny_run_from_an_empty_cache_survives_a_kill_and_produces_every_output(
     assert {(row["pair"], row["method_label"]) for row in summary} == {
         (pair, m) for pair in ("Tiny / logprob", "Tiny / letter e") for m in METHODS}
     assert {row["n_prompts"] for row in summary} == {"2"}  # the failed prompt is left out
+    assert all(float(row["relative_flops"]) > 0 for row in summary)  # every record counted its FLOPs
+
+    # the method from outside the project: its own run file, records, rows and headline line
+    for pair in ("tiny--logprob", "tiny--letter-e"):
+        first = [json.loads(line) for line in
+                 (results / f"runs/{pair}/first-k/budget3-keep1.jsonl").read_text().splitlines()]
+        assert [r["prompt_id"] for r in first] == ["sea", "gravity", "empty"]
+        assert all(r["params"]["setting"]["label"] == "First 1 of 3" for r in first if "error" not in r)
+    assert "First 1 of 3" in (results / "summary.md").read_text()
 
     correlation = _rows(results / "correlation/summary.csv")
     assert {(row["pair"], row["tau"]) for row in correlation} == {

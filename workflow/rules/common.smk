@@ -3,6 +3,7 @@
 # (config checks, prompt chunks, the engine's options, onsuccess messages) is workflow/plan.py.
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -28,6 +29,7 @@ def setup_plan(config):
     (after the config is validated)."""
     global PAIRS, CHUNKS, CALIBRATION_CHUNKS, ALL_CHUNKS, ADAPTIVE_DELTAS, PROMPT_FILE, MODELS
     global CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS, FIGURE2_PAIR, FIGURE4_PAIR, ANALYSIS_RESOURCES
+    global METHOD_RUNS, METHOD_DIRS, METHOD_SETTINGS
     try:
         jobs = plan.Plan(config, workflow.basedir)
     except plan.ConfigError as error:
@@ -37,6 +39,9 @@ def setup_plan(config):
     CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS = jobs.correlation_pairs, jobs.table1_pairs, jobs.table2_pairs
     FIGURE2_PAIR, FIGURE4_PAIR = jobs.figure2_pair, jobs.figure4_pair
     MODELS = plan.study_models(config)  # {name: spec}: one fetch job each
+    METHOD_RUNS = plan.method_settings(config)  # {(method, setting): {spec, params}}: the method_run jobs
+    METHOD_DIRS = "|".join(sorted({re.escape(m) for m, _ in METHOD_RUNS}))
+    METHOD_SETTINGS = "|".join(sorted({re.escape(s) for _, s in METHOD_RUNS}))
     PROMPT_FILE = plan.local_source(config["prompts"]["source"], workflow.basedir)  # None: a dataset
     # merges, metrics, tables, figures: one thread (Snakemake's default), no GPU
     ANALYSIS_RESOURCES = {"gpu": 0, **{key: config["resources"]["analysis"][key] for key in ("mem_mb", "runtime")}}
@@ -49,7 +54,6 @@ wildcard_constraints:
     k=r"\d+",
     alpha=r"[0-9.]+",
     delta=r"[0-9.]+",
-    setting=r"(alpha|delta)[0-9.]+",
     study="correlation|adaptive",
 
 
@@ -165,6 +169,12 @@ def generation_params(method, **options):
         "partial": lambda wildcards, output: plan.partial_path(RESULTS, output[0], args(wildcards)),
         "prompt_ids": lambda wildcards: chunk_params(wildcards.chunk),
     }
+
+
+def method_run_args(wildcards):
+    """params.args of a method_run job (plan.method_args)."""
+    run = METHOD_RUNS[(wildcards.method, wildcards.setting)]
+    return plan.method_args(config, PAIRS[wildcards.pair], run["spec"], run["params"])
 
 
 def prefix_args(wildcards):

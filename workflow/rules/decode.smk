@@ -1,7 +1,9 @@
-# Best-of-N and Speculative Rejection, one job per (pair, chunk of prompts) and per shard,
-# alpha or adaptive delta, then one merged run file per method: results/runs/<pair>/bon/n<N>.jsonl,
-# results/runs/<pair>/sr/alpha<A>.jsonl and results/runs/<pair>/sr/delta<D>.jsonl. Every generation
-# job runs scripts/generate.py: `specrej generate` with its params.args (plan.generate_args).
+# Best-of-N, Speculative Rejection and every other method, one job per (pair, chunk of prompts)
+# and per shard, setting or adaptive delta, then one merged run file per setting:
+# results/runs/<pair>/bon/n<N>.jsonl (the reference ladder), results/runs/<pair>/<method>/<setting>.jsonl
+# (SR's alphas: sr/alpha<A>; the `methods:` entries) and results/runs/<pair>/sr/delta<D>.jsonl
+# (adaptive SR, with its held-out fit). Every generation job runs scripts/generate.py: `specrej
+# generate` with its params.args (plan.generate_args, plan.method_args).
 
 
 rule bon_shard:
@@ -62,25 +64,54 @@ rule merge_bon:
         "../scripts/merge_runs.py"
 
 
-rule sr:
-    """Speculative Rejection at one alpha."""
+rule method_run:
+    """One setting of a method on one chunk of prompts: SR at an alpha (sr.alphas), or a setting
+    of a `methods:` entry (the random-halting control, a method from outside the project ...).
+    One rule serves every method, so adding one needs no rule and no profile edit."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
         models=pair_model_files,
     output:
-        f"{RESULTS}/runs/{{pair}}/sr/alpha{{alpha}}/{{chunk}}.jsonl",
+        f"{RESULTS}/runs/{{pair}}/{{method}}/{{setting}}/{{chunk}}.jsonl",
+    wildcard_constraints:
+        method=METHOD_DIRS,
+        setting=METHOD_SETTINGS,
     params:
-        **generation_params("sr", alpha=lambda wildcards: float(wildcards.alpha),
-                            decision_tokens=config["sr"]["decision_tokens"]),
+        args=lambda wildcards: method_run_args(wildcards),
+        partial=lambda wildcards, output: plan.partial_path(RESULTS, output[0], method_run_args(wildcards)),
+        prompt_ids=lambda wildcards: chunk_params(wildcards.chunk),
     log:
-        f"{RESULTS}/logs/sr/{{pair}}/alpha{{alpha}}/{{chunk}}.log",
+        f"{RESULTS}/logs/method_run/{{pair}}/{{method}}/{{setting}}/{{chunk}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/sr/{{pair}}/alpha{{alpha}}/{{chunk}}.tsv"
+        f"{RESULTS}/benchmarks/method_run/{{pair}}/{{method}}/{{setting}}/{{chunk}}.tsv"
     threads: config["resources"]["generate"]["threads"]
     resources:
         **step_resources("generate"),
     script:
         "../scripts/generate.py"
+
+
+rule merge_method:
+    """One run file per method setting: its chunks, in order."""
+    input:
+        lambda wildcards: expand(f"{RESULTS}/runs/{{pair}}/{{method}}/{{setting}}/{{chunk}}.jsonl",
+                                 pair=wildcards.pair, method=wildcards.method, setting=wildcards.setting,
+                                 chunk=CHUNKS),
+    output:
+        f"{RESULTS}/runs/{{pair}}/{{method}}/{{setting}}.jsonl",
+    wildcard_constraints:
+        method=METHOD_DIRS,
+        setting=METHOD_SETTINGS,
+    params:
+        shards=1,
+    log:
+        f"{RESULTS}/logs/merge_method/{{pair}}/{{method}}/{{setting}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/merge_method/{{pair}}/{{method}}/{{setting}}.tsv"
+    resources:
+        **ANALYSIS_RESOURCES,
+    script:
+        "../scripts/merge_runs.py"
 
 
 rule sr_adaptive:
@@ -108,19 +139,19 @@ rule sr_adaptive:
         "../scripts/generate.py"
 
 
-rule merge_sr:
-    """One SR run file per alpha (alpha<A>) or adaptive delta (delta<D>)."""
+rule merge_sr_adaptive:
+    """One adaptive SR run file per delta."""
     input:
-        lambda wildcards: expand(f"{RESULTS}/runs/{{pair}}/sr/{{setting}}/{{chunk}}.jsonl", pair=wildcards.pair,
-                                 setting=wildcards.setting, chunk=CHUNKS),
+        lambda wildcards: expand(f"{RESULTS}/runs/{{pair}}/sr/delta{{delta}}/{{chunk}}.jsonl", pair=wildcards.pair,
+                                 delta=wildcards.delta, chunk=CHUNKS),
     output:
-        f"{RESULTS}/runs/{{pair}}/sr/{{setting}}.jsonl",
+        f"{RESULTS}/runs/{{pair}}/sr/delta{{delta}}.jsonl",
     params:
         shards=1,
     log:
-        f"{RESULTS}/logs/merge_sr/{{pair}}/{{setting}}.log",
+        f"{RESULTS}/logs/merge_sr_adaptive/{{pair}}/delta{{delta}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/merge_sr/{{pair}}/{{setting}}.tsv"
+        f"{RESULTS}/benchmarks/merge_sr_adaptive/{{pair}}/delta{{delta}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
     script:

@@ -45,7 +45,7 @@ def per_pair(paths):
 
 survival, fits = per_pair(inputs.survival), per_pair(inputs.fits)
 adaptive = pd.DataFrame()
-if "delta" in summary.columns and summary["delta"].notna().any():
+if (summary["method"] == "sr-adaptive").any():
     draws = bootstrap_draws(runs, by=["pair_key", "pair", "generator", "reward"],
                             normalization=params.improvement_normalization,
                             n_resamples=params.bootstrap_resamples, seed=params.bootstrap_seed)
@@ -64,9 +64,9 @@ with open(inputs.description, encoding="utf-8") as description, open(out.front, 
     front.write(description.read().rstrip() + "\n\n" + markdown_to_rst(markdown))  # the report's first page
 table = headline
 if savings is not None and not savings.empty:
-    tokens = savings.drop(columns=["alpha", "delta", "confidence_level", "bootstrap_resamples"]).rename(
+    tokens = savings.drop(columns=["confidence_level", "bootstrap_resamples"]).rename(
         columns={"n_prompts": "tokens_n_prompts"})
-    table = headline.merge(tokens, on=["pair", "method_label"], how="left")
+    table = headline.merge(tokens, on=["pair", "method", "setting", "method_label"], how="left")
 table.to_csv(out.csv, index=False)
 for row in headline[headline["best"]].itertuples():
     print(f"{row.pair}: best {row.method_label} ({row.selection})", file=sys.stderr)

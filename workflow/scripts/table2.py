@@ -20,7 +20,8 @@ notes = []
 if rows.empty:
     reason = f"not evaluated: no pair uses the reward {params.reward!r} (tables.table2_reward)"
     blank = ["perplexity", "speedup_vs_largest_bon", "perplexity_lo", "perplexity_hi",
-             "speedup_vs_largest_bon_lo", "speedup_vs_largest_bon_hi"]
+             "speedup_vs_largest_bon_lo", "speedup_vs_largest_bon_hi", "flops_speedup_vs_largest_bon",
+             "flops_speedup_vs_largest_bon_lo", "flops_speedup_vs_largest_bon_hi"]
     rows = summary.drop_duplicates("method_label").assign(generator=summary["generator"].iloc[0],
                                                           **dict.fromkeys(blank, float("nan")))
     notes.append(reason[0].upper() + reason[1:] + ".")

@@ -1,0 +1,58 @@
+"""Random-halting SR, a control: SR's schedule (the same decision tokens, the same number of rows
+halted each round, eq. 4's ceil((1 - alpha) * n) kept), but the rows halted are a uniformly
+random set instead of the lowest-scoring ones. Beside SR at the same alpha it tells how much
+of SR's gain comes from the partial reward and how much from the schedule alone.
+
+The partial responses are still scored each round, as SR scores them: the compute is SR's, the
+rounds record the scores of what was halted, and only the choice ignores them. The draws come
+from `random.Random(seed)` with the prompt's seed, so a rerun halts the same rows.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Hashable, Sequence
+
+from ..selection import num_kept
+from .base import Method
+from .registry import register
+from .sr import ALPHA, run_schedule, schedule_params
+
+
+class RandomCut:
+    """Keep `num_kept(n, alpha)` of the round's n rows, drawn uniformly (`selection.Cut`)."""
+
+    def __init__(self, alpha: float, seed: int):
+        self.alpha, self.seed = alpha, seed
+        self.rng = random.Random(seed)
+        self.draws: dict = {}
+
+    def __call__(self, ids: Sequence[Hashable], scores: Sequence[float], tau: int) -> tuple[list[bool], dict]:
+        self.draws = {i: self.rng.random() for i in ids}
+        kept = num_kept(len(ids), self.alpha)
+        chosen = set(sorted(ids, key=lambda i: -self.draws[i])[:kept])
+        keep = [i in chosen for i in ids]
+        cutoff = min(s for s, k in zip(scores, keep) if k)  # the lowest score that went on
+        return keep, {"rule": "random", "alpha": self.alpha, "cutoff": cutoff, "kept": kept}
+
+    def priority(self, ids: Sequence[Hashable], scores: Sequence[float]) -> list[float]:
+        """The memory guard halts the lowest draws first: it must not use the reward either."""
+        return [self.draws[i] for i in ids]
+
+    def describe(self) -> dict:
+        return {"rule": "random", "alpha": self.alpha, "seed": self.seed}
+
+
+def run(engine, reward, prompt, *, seed, alpha, **schedule):
+    return run_schedule(engine, reward, prompt, seed=seed, alpha=alpha, cut=RandomCut(alpha, seed), **schedule)
+
+
+RANDOM_HALTING = register(Method(
+    name="sr-random",
+    description="random-halting SR (control)",
+    params=(ALPHA, *schedule_params()),
+    run=run,
+    label=lambda params: f"Random SR α={params['alpha']:g}",
+    batch_param="batch_size",
+    setting_keys=("alpha",),
+))
