@@ -26,7 +26,6 @@ import time
 import torch
 
 from specrej.api import load_engine
-from specrej.decoding import Rollout
 from specrej.sampling import SamplingParams
 
 PROMPT = "Write a short story about a robot who learns to paint."
@@ -80,7 +79,7 @@ def time_engine(engine, prompt_ids, rows: int, new_tokens: int, sampling: Sampli
     params = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, new_tokens)
     tic = time.perf_counter()
     prompt = engine.prefill(prompt_ids)
-    rollout = Rollout(engine, prompt, rows, new_tokens, params, torch.Generator().manual_seed(0))
+    rollout = engine.rollout(prompt, rows, new_tokens, params, torch.Generator().manual_seed(0))
     while rollout.num_rows:
         rollout.step()
     return time.perf_counter() - tic
@@ -100,7 +99,7 @@ def time_hf(model, prompt_ids, rows: int, new_tokens: int, sampling: SamplingPar
 
 def prune_vs_reprefill(engine, prompt_ids, rows: int, new_tokens: int) -> tuple[float, float]:
     params = SamplingParams(max_new_tokens=new_tokens + 1)
-    rollout = Rollout(engine, engine.prefill(prompt_ids), rows, new_tokens + 1, params, torch.Generator().manual_seed(0))
+    rollout = engine.rollout(engine.prefill(prompt_ids), rows, new_tokens + 1, params, torch.Generator().manual_seed(0))
     for _ in range(new_tokens):
         rollout.step()
     halted = rollout.candidate_ids[::2].tolist()

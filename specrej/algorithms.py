@@ -43,7 +43,10 @@ class Round:
     batch_before: int  # live (generating) rows before the cut
     batch_after: int  # live rows that go on
     ranked: int  # the batch of eq. 3: live rows and the responses completed since the last round
-    kept: int  # ceil((1 - alpha) * ranked): the cutoff's rank (the adaptive rule: = accepted)
+    # the cutoff's rank: the rows the rule keeps before ties at the cutoff. A rank rule sets it (eq. 4:
+    # ceil((1 - alpha) * ranked)); a rule that cuts at a score (the adaptive cut) has none, so it is
+    # the rows at or above that score, = accepted
+    kept: int
     accepted: int  # scores >= cutoff (eq. 5): kept plus the ties at the cutoff
     cutoff: float  # r_cut (eq. 4), or the adaptive rule's cutoff
     memory_guard_halted: int  # accepted live rows halted anyway because they did not fit the budget
@@ -301,7 +304,7 @@ class _Run:
         self.max_rows = max(self.max_rows, rows)
         first = len(self.candidates)
         self.candidates += [Candidate(first + i) for i in range(rows)]
-        rollout = Rollout(self.engine, self.prefilled, rows, max_len, self.sampling, self.generator, first)
+        rollout = self.engine.rollout(self.prefilled, rows, max_len, self.sampling, self.generator, first)
         self.rollouts.append(rollout)
         return rollout
 
@@ -343,7 +346,7 @@ class _Run:
         self._release()
         self._score_final([c for c in self.candidates if c.complete and c.final_score is None])
         params = {**params, "memory_budget": self.budget, "seed": self.seed, **asdict(self.sampling),
-                  "forward": getattr(self.engine, "forward_kind", "llama")}  # which forward pass ran: llama | hf
+                  "forward": self.engine.forward_kind}  # which forward pass ran: llama | hf
         return Result(
             prompt=self.prompt, method=method, params=params, candidates=self.candidates, rounds=list(rounds),
             timing={"total_s": time.perf_counter() - self.started, "generate_s": self.generate_s, "score_s": self.score_s},
@@ -353,7 +356,7 @@ class _Run:
         )
 
     def _update(self, outputs: list[RowOutput], complete: bool) -> None:
-        texts = self.engine.decode([o.token_ids for o in outputs])
+        texts = self.engine.detokenize([o.token_ids for o in outputs])
         for out, text in zip(outputs, texts):
             c = self.candidates[out.candidate_id]
             c.text, c.token_ids, c.token_logprobs = text, out.token_ids, out.token_logprobs

@@ -105,15 +105,6 @@ class PrefilledPrompt:
     state: PromptState  # the prompt's KV, as its forward pass holds it (`RowCache.share_prompt` takes it)
     hidden: torch.Tensor  # [hidden] final hidden state of the last prompt token (lm_head input)
 
-    # deprecated: the fast path's per-layer prompt k and v (`cache.PromptKV`); read `state`
-    @property
-    def k(self) -> list[torch.Tensor]:
-        return self.state.k
-
-    @property
-    def v(self) -> list[torch.Tensor]:
-        return self.state.v
-
 
 @torch.inference_mode()
 def prefill(model: ForwardPass, prompt_ids: list[int]) -> PrefilledPrompt:
@@ -182,16 +173,6 @@ class Rollout:
         `max_len` tokens in the cache; a row ends on one of `stop_token_ids` or at
         params.max_new_tokens. `sample_chunk_rows` rows' logits are made at a time, and a decode
         step feeds the rows in chunks of `decode_chunk_rows(model, decode_chunk_bytes, ...)`."""
-        self._engine = None
-        if not hasattr(model, "forward_step"):
-            # Deprecated: an engine-like object (`.forward`, `.stop_token_ids`, `.sample`,
-            # `.decode_one_token`) in place of its forward pass, as callers that predate
-            # `engine.Engine.rollout` pass it. It is used as before (`_engine_step`): its stop
-            # tokens read at every step, its sample and decode_one_token called, so a caller that
-            # replaces one mid-run still sees it take effect. Goes once no caller passes one.
-            self._engine, model = model, model.forward
-            stop_token_ids, sample_chunk_rows, decode_chunk_bytes = (
-                self._engine.stop_token_ids, self._engine.sample_chunk_rows, self._engine.decode_chunk_bytes)
         if stop_token_ids is None or sample_chunk_rows is None or decode_chunk_bytes is None:
             raise TypeError("Rollout needs stop_token_ids, sample_chunk_rows and decode_chunk_bytes")
         self.model, self.params, self.generator = model, params, generator
@@ -220,8 +201,6 @@ class Rollout:
 
     def step(self) -> list[RowOutput]:
         """Sample one token for every row; return the rows that finished (stop token or length)."""
-        if self._engine is not None:
-            return self._engine_step()
         tokens, logprobs = sample(self.model, self.hidden, self.params, self.generator, self.sample_chunk_rows)
         self.tokens[:, self.length] = tokens
         self.logprobs[:, self.length] = logprobs
@@ -234,22 +213,6 @@ class Rollout:
             pos = self.length - 1
             chunk_rows = decode_chunk_rows(self.model, self.decode_chunk_bytes, self.cache.prompt_len + pos + 1)
             self.hidden = decode_one_token(self.model, self.cache, self.tokens[:, pos], pos, chunk_rows)
-        return finished
-
-    def _engine_step(self) -> list[RowOutput]:
-        """`step` of a rollout made from an engine-like object (deprecated, see __init__): the
-        engine's sample, stop tokens and decode_one_token, as before `Engine.rollout`."""
-        engine = self._engine
-        tokens, logprobs = engine.sample(self.hidden, self.params, self.generator)
-        self.tokens[:, self.length] = tokens
-        self.logprobs[:, self.length] = logprobs
-        self.length += 1
-        self.tokens_generated += self.num_rows
-        stopped = torch.isin(tokens, engine.stop_token_ids)
-        done = stopped | (self.length == self.params.max_new_tokens)
-        finished = self._remove(done, stopped) if done.any() else []
-        if self.num_rows:
-            self.hidden = engine.decode_one_token(self.cache, self.tokens[:, self.length - 1], self.length - 1)
         return finished
 
     def partial_outputs(self) -> list[RowOutput]:

@@ -76,11 +76,6 @@ class Engine:
         """Each row's token ids as text (special tokens skipped)."""
         return self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)
 
-    def decode(self, token_ids: list[list[int]]) -> list[str]:
-        """Deprecated name of `detokenize` (it is not a decode step: see `decode_one_token`); no
-        warning yet, while specrej's own callers move over."""
-        return self.detokenize(token_ids)
-
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
         self.forward.check_fits(prompt_len, max_new_tokens)
 
@@ -98,11 +93,6 @@ class Engine:
 
     def prefill(self, prompt_ids: list[int]) -> PrefilledPrompt:
         return decoding.prefill(self.forward, prompt_ids)
-
-    def decode_one_token(self, cache: RowCache, tokens: torch.Tensor, pos: int) -> torch.Tensor:
-        """Feed each live row's token at generated position `pos`, `decode_chunk_rows` rows at a time
-        (what a `Rollout` does at each step)."""
-        return decoding.decode_one_token(self.forward, cache, tokens, pos, self.decode_chunk_rows(cache.prompt_len + pos + 1))
 
     def sample(self, hidden: torch.Tensor, params: SamplingParams, generator: torch.Generator):
         """Next token and its log-prob per row, `sample_chunk_rows` rows' logits at a time."""

@@ -9,6 +9,7 @@ import torch
 
 from specrej import (CallableReward, LogProbReward, SamplingParams, SpecrejError, best_of_n, load_reward,
                      speculative_rejection)
+from specrej.algorithms import _Run
 from specrej.budget import token_capacity
 
 PROMPT = "Write a poem about the sea."
@@ -102,10 +103,13 @@ def test_a_response_completed_early_stays_a_finalist_and_wins(engine, monkeypatc
     rows (8 tokens) outscore every response completed before (< 8 tokens) at the cut, and end
     below all of them (-24)."""
     monkeypatch.setattr(engine, "stop_token_ids", torch.arange(0, 400, 16))
+    rollouts, start = [], _Run.start
+    monkeypatch.setattr(_Run, "start", lambda self, *args: rollouts.append(start(self, *args)) or rollouts[-1])
 
     class StopsEndAtTheDecision(TokenCountReward):
         def score(self, prompt, responses):
-            engine.stop_token_ids = torch.tensor([], dtype=torch.long)
+            for rollout in rollouts:  # a rollout keeps the stop tokens it was made with
+                rollout.stop_token_ids = torch.tensor([], dtype=torch.long)
             return super().score(prompt, responses)
 
     result = speculative_rejection(engine, StopsEndAtTheDecision(peak_at_8), PROMPT, alpha=0.5, init_batch_size=32,

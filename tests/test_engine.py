@@ -203,7 +203,6 @@ def test_the_prompt_state_is_the_forward_pass_own(engine):
     cache = engine.new_cache()
     cache.share_prompt(prompt.state)
     assert cache.prompt_k is prompt.state.k and cache.prompt_len == len(prompt.token_ids)
-    assert prompt.k is prompt.state.k and prompt.v is prompt.state.v  # the deprecated names
 
 
 def test_decoding_knows_nothing_of_the_engine():
@@ -221,7 +220,7 @@ def test_decoding_knows_nothing_of_the_engine():
 
 def test_a_rollout_needs_only_the_forward_pass_and_runs_the_free_functions(generator_dir, monkeypatch):
     """Rollout over the bare forward pass (no engine) with explicit stop tokens and chunk sizes gives
-    what Engine.rollout and the deprecated Rollout(engine, ...) give, and its steps are
+    what Engine.rollout gives, and its steps are
     decoding.sample / decoding.decode_one_token (patching the free function reaches it)."""
     from specrej import decoding, load_engine
     from specrej.decoding import Rollout
@@ -242,8 +241,7 @@ def test_a_rollout_needs_only_the_forward_pass_and_runs_the_free_functions(gener
     for make in (lambda: Rollout(engine.forward, prompt, 6, 12, params, torch.Generator().manual_seed(3),
                                  stop_token_ids=engine.stop_token_ids, sample_chunk_rows=4,
                                  decode_chunk_bytes=engine.decode_chunk_bytes),
-                 lambda: engine.rollout(prompt, 6, 12, params, torch.Generator().manual_seed(3)),
-                 lambda: Rollout(engine, prompt, 6, 12, params, torch.Generator().manual_seed(3))):
+                 lambda: engine.rollout(prompt, 6, 12, params, torch.Generator().manual_seed(3))):
         with monkeypatch.context() as patch:
             patch.setattr(decoding, "decode_one_token", counted)
             rollout, finished, calls[:] = make(), [], []
@@ -251,15 +249,15 @@ def test_a_rollout_needs_only_the_forward_pass_and_runs_the_free_functions(gener
                 finished += rollout.step()
         runs.append(sorted((f.candidate_id, f.token_ids, f.token_logprobs, f.stopped) for f in finished))
         steps.append(list(calls))
-    assert runs[0] == runs[1] == runs[2] and any(stopped for *_, stopped in runs[0])
-    assert steps[0] and steps[0] == steps[1] == steps[2]  # every step went through decoding.decode_one_token
+    assert runs[0] == runs[1] and any(stopped for *_, stopped in runs[0])
+    assert steps[0] and steps[0] == steps[1]  # every step went through decoding.decode_one_token
     with pytest.raises(TypeError, match="stop_token_ids"):
         Rollout(engine.forward, prompt, 2, 4, params, torch.Generator())
 
 
-def test_detokenize_and_its_deprecated_name(engine):
+def test_detokenize_skips_special_tokens(engine):
     ids = [engine.encode_prompt("List three fruits."), []]
-    assert engine.detokenize(ids) == engine.decode(ids) == engine.tokenizer.batch_decode(ids, skip_special_tokens=True)
+    assert engine.detokenize(ids) == engine.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
 
 def test_decode_n_tokens_stops_at_a_decision_token_and_when_the_capacity_is_reached(engine):

@@ -13,6 +13,7 @@ from specrej import LogProbReward, SamplingParams, SpecrejError, best_of_n, load
 from specrej.algorithms import _Run, is_out_of_memory
 from specrej.api import run_one, run_prompts
 from specrej.budget import PeakMemory, token_capacity
+from specrej import decoding
 from specrej.decoding import Rollout
 
 PROMPT = "Write a poem about the sea."
@@ -109,7 +110,7 @@ def test_the_margin_is_needed_and_a_whole_batch_decode_step_would_break_it(engin
 
 def test_the_prompt_kv_is_its_own_storage_and_counted_by_storage(engine):
     prompt = engine.prefill(engine.encode_prompt(PROMPT))
-    for t in prompt.k + prompt.v:
+    for t in prompt.state.k + prompt.state.v:
         assert t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
     cache = engine.new_cache()
     big = torch.zeros(4, 100)
@@ -158,16 +159,16 @@ def test_measurement_can_be_turned_off_and_is_off_by_default_on_cpu(engine, monk
 
 def fail_once_above(engine, monkeypatch, rows: int, error=None):
     """The engine's decode step raises an out-of-memory error once, when it has more than `rows` rows."""
-    decode = engine.decode_one_token
+    decode = decoding.decode_one_token
     failed = []
 
-    def decode_one_token(cache, tokens, pos):
+    def decode_one_token(model, cache, tokens, pos, chunk_rows):
         if tokens.shape[0] > rows and not failed:
             failed.append(tokens.shape[0])
             raise error or torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return decode(cache, tokens, pos)
+        return decode(model, cache, tokens, pos, chunk_rows)
 
-    monkeypatch.setattr(engine, "decode_one_token", decode_one_token)
+    monkeypatch.setattr(decoding, "decode_one_token", decode_one_token)
     return failed
 
 
@@ -204,12 +205,12 @@ def test_a_prompt_out_of_memory_even_with_one_row_gets_an_error_record_and_the_r
         engine, monkeypatch, tmp_path):
     from specrej.io import read_records
 
-    decode = engine.decode_one_token
+    decode = decoding.decode_one_token
 
-    def decode_one_token(cache, tokens, pos):
+    def decode_one_token(model, cache, tokens, pos, chunk_rows):
         if "gravity" in engine._current:
             raise torch.OutOfMemoryError("CUDA out of memory")
-        return decode(cache, tokens, pos)
+        return decode(model, cache, tokens, pos, chunk_rows)
 
     encode = engine.encode_prompt
 
@@ -217,7 +218,7 @@ def test_a_prompt_out_of_memory_even_with_one_row_gets_an_error_record_and_the_r
         engine._current = prompt
         return encode(prompt)
 
-    monkeypatch.setattr(engine, "decode_one_token", decode_one_token)
+    monkeypatch.setattr(decoding, "decode_one_token", decode_one_token)
     monkeypatch.setattr(engine, "encode_prompt", encode_prompt)
     monkeypatch.setattr(engine, "_current", "", raising=False)
     from specrej.io import PromptItem
