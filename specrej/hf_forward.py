@@ -305,12 +305,14 @@ class HFForward:
         sizes = []
         for length in (1, 2):
             ids = torch.zeros(1, length, dtype=torch.long, device=self.device)
-            out = self.decoder(input_ids=ids, use_cache=True)
+            out = self.decoder(input_ids=ids, use_cache=True, output_hidden_states=True)
             cache = _output_cache(out)
             layers = getattr(cache, "layers", None) or [cache]
             sizes.append([_layer_bytes(layer) for layer in layers])
             hidden = out.last_hidden_state
         self.hidden_size = hidden.shape[-1]
+        # every layer's state, as output_hidden_states gives it (0: the model does not give them)
+        self.num_layer_states = len(out.hidden_states or ())
         self.vocab_size = self.head.weight.shape[0]
         self.num_cache_layers = len(getattr(cache, "layers", ()))
         # per layer: bytes per token of one row, and bytes that do not grow with tokens
@@ -372,33 +374,43 @@ class HFForward:
         return rows * (prompt_len * self.unshared_kv_bytes + self.state_bytes + in_flight)
 
     # -- forward -----------------------------------------------------------------------------
-    def forward_prompt(self, token_ids: torch.Tensor) -> tuple[HFPromptCache, torch.Tensor]:
+    def forward_prompt(self, token_ids: torch.Tensor, layer_states: torch.Tensor | None = None
+                       ) -> tuple[HFPromptCache, torch.Tensor]:
         """The prompt token_ids [1, P] through the whole causal LM: its cache (an `HFPromptCache`)
-        and the hidden state of its last token [1, H] that the output embedding takes."""
+        and the hidden state of its last token [1, H] that the output embedding takes;
+        `layer_states` [num_layer_states, 1, H], if given, receives its last token's output_hidden_states."""
         captured, decoded = [], []
         hooks = [self.head.register_forward_pre_hook(lambda module, args: captured.append(args[0])),
                  self.decoder.register_forward_hook(lambda module, args, out: decoded.append(out.last_hidden_state))]
         try:
             kwargs = {"logits_to_keep": 1} if self._keeps_logits else {}
-            out = self.model(input_ids=token_ids, use_cache=True, **kwargs)
+            out = self.model(input_ids=token_ids, use_cache=True, output_hidden_states=layer_states is not None,
+                             **kwargs)
         finally:
             for hook in hooks:
                 hook.remove()
         hidden = captured[-1][:, -1]
+        if layer_states is not None:
+            _copy_layer_states(out, layer_states)
         if not self._checked:
             self._check_logits(hidden, out.logits[:, -1], decoded[-1][:, -1] if decoded else None)
         return HFPromptCache(_output_cache(out), token_ids.shape[1]), hidden
 
-    def forward_step(self, cache: HFRowCache, tokens: torch.Tensor, pos: int, first_row: int = 0) -> torch.Tensor:
+    def forward_step(self, cache: HFRowCache, tokens: torch.Tensor, pos: int, first_row: int = 0,
+                     layer_states: torch.Tensor | None = None) -> torch.Tensor:
         """tokens [rows, 1] of every live row at generated position `pos` (no row chunks: see the
-        class doc): the model's decoder over its cache, which it updates in place."""
+        class doc): the model's decoder over its cache, which it updates in place; `layer_states`
+        [num_layer_states, rows, H], if given, receives the step's output_hidden_states."""
         if first_row != 0 or tokens.shape[0] != cache.rows:
             raise SpecrejError("the fallback forward pass decodes all live rows in one chunk")
         if pos != cache.length:
             raise SpecrejError(f"decode position {pos} but the cache holds {cache.length} generated tokens")
-        out = self.decoder(input_ids=tokens, use_cache=True, **{self._cache_kwarg: cache.cache})
+        out = self.decoder(input_ids=tokens, use_cache=True, output_hidden_states=layer_states is not None,
+                           **{self._cache_kwarg: cache.cache})
         cache.cache = _output_cache(out)
         cache.stepped(pos)
+        if layer_states is not None:
+            _copy_layer_states(out, layer_states)
         return out.last_hidden_state[:, -1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -430,6 +442,12 @@ class HFForward:
                 f"the fallback forward pass cannot reproduce {self.model_type!r}'s logits from its last "
                 f"hidden state (the head post-processes them in a way the engine does not know)")
         self._checked = True
+
+
+def _copy_layer_states(out, layer_states: torch.Tensor) -> None:
+    """The last position of each of the model's output_hidden_states into layer_states [L, rows, H]."""
+    for buffer, state in zip(layer_states, out.hidden_states, strict=True):
+        buffer.copy_(state[:, -1])
 
 
 def _cache_kwarg(forward) -> str:

@@ -71,6 +71,7 @@ class LlamaForward:
         self.max_positions = config.max_position_embeddings
         self.sliding_window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
         self.kv_bytes_per_token = kv_bytes_per_token(len(self.layers), self.num_kv_heads, self.head_dim, self.dtype)
+        self.num_layer_states = len(self.layers) + 1  # the embedding output and each layer's
         self._fuse_projections()
 
     @torch.no_grad()
@@ -121,9 +122,11 @@ class LlamaForward:
         return 0
 
     # -- forward -------------------------------------------------------------------------
-    def forward_prompt(self, token_ids: torch.Tensor) -> tuple[PromptKV, torch.Tensor]:
+    def forward_prompt(self, token_ids: torch.Tensor, layer_states: torch.Tensor | None = None
+                       ) -> tuple[PromptKV, torch.Tensor]:
         """The prompt token_ids [1, P] from position 0: its per-layer k and v [kv_heads, P, d]
-        (a `PromptKV`, for `KVCache.share_prompt`) and the final hidden state of its last token [1, hidden]."""
+        (a `PromptKV`, for `KVCache.share_prompt`) and the final hidden state of its last token [1, hidden].
+        `layer_states` [num_layer_states, 1, hidden], if given, receives its last token's state at every layer."""
         ks, vs = [], []
 
         def attend(layer, q, k, v):
@@ -133,31 +136,40 @@ class LlamaForward:
             vs.append(v[0].clone(memory_format=torch.contiguous_format))
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
 
-        hidden = self._forward(token_ids, 0, attend)
+        hidden = self._forward(token_ids, 0, attend, layer_states)
         return PromptKV(ks, vs), hidden
 
-    def forward_step(self, cache: KVCache, tokens: torch.Tensor, pos: int, first_row: int = 0) -> torch.Tensor:
+    def forward_step(self, cache: KVCache, tokens: torch.Tensor, pos: int, first_row: int = 0,
+                     layer_states: torch.Tensor | None = None) -> torch.Tensor:
         """One token per row, tokens [rows, 1], at generated position `pos` for the cache's rows
-        first_row...: writes their k/v into `cache` and returns their hidden states [rows, hidden]."""
+        first_row...: writes their k/v into `cache` and returns their hidden states [rows, hidden]
+        (`layer_states` [num_layer_states, rows, hidden], if given, receives every layer's)."""
         def attend(layer, q, k, v):
             k, v = cache.update(layer, pos, k[:, :, 0], v[:, :, 0], first_row)
             return attend_decode(q, cache.prompt_k[layer], cache.prompt_v[layer], k, v, self.scale)
 
-        return self._forward(tokens, cache.prompt_len + pos, attend)
+        return self._forward(tokens, cache.prompt_len + pos, attend, layer_states)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.lm_head(hidden).float()
 
-    def _forward(self, token_ids: torch.Tensor, first_pos: int, attend: Callable) -> torch.Tensor:
+    def _forward(self, token_ids: torch.Tensor, first_pos: int, attend: Callable,
+                 layer_states: torch.Tensor | None = None) -> torch.Tensor:
         """Run the transformer on token_ids [rows, seq] at positions first_pos...; `attend(layer,
         q, k, v)` supplies attention. Returns the final (normed) hidden state of the last position,
-        [rows, hidden]: logits are made from it in row chunks (see `decoding.sample`)."""
+        [rows, hidden]: logits are made from it in row chunks (see `decoding.sample`).
+
+        `layer_states` [len(layers) + 1, rows, hidden], if given, receives the last position's state
+        as transformers' output_hidden_states gives it: the embedding output, each layer's output
+        but the last, and the final normed state."""
         rows, seq = token_ids.shape
         heads, kv_heads = self.num_heads, self.num_kv_heads
         x = self.model.get_input_embeddings()(token_ids)
         positions = torch.arange(first_pos, first_pos + seq, device=self.device)[None]
         cos, sin = (t[:, :, None] for t in self.model.model.rotary_emb(x, positions))  # [1, seq, 1, d]
         for i, layer in enumerate(self.layers):
+            if layer_states is not None:
+                layer_states[i].copy_(x[:, -1])
             h = rms_norm(x, layer.input_layernorm)
             qkv = F.linear(h, self.qkv_weight[i], self.qkv_bias[i]).view(rows, seq, -1, self.head_dim)
             q, k = rotate(qkv[:, :, : heads + kv_heads], cos, sin).transpose(1, 2).split([heads, kv_heads], dim=1)
@@ -167,7 +179,10 @@ class LlamaForward:
             h = rms_norm(x, layer.post_attention_layernorm)
             gate, up = F.linear(h, self.gate_up_weight[i], self.gate_up_bias[i]).chunk(2, dim=-1)
             x = x + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
-        return rms_norm(x[:, -1], self.model.model.norm)
+        hidden = rms_norm(x[:, -1], self.model.model.norm)
+        if layer_states is not None:
+            layer_states[-1].copy_(hidden)
+        return hidden
 
 
 def _fuse(*modules, attr: str):

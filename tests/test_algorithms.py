@@ -9,7 +9,7 @@ import torch
 
 from specrej import (CallableReward, LogProbReward, SamplingParams, SpecrejError, best_of_n, load_reward,
                      speculative_rejection)
-from specrej.algorithms import _Run
+from specrej.algorithms import PromptRun
 from specrej.budget import token_capacity
 
 PROMPT = "Write a poem about the sea."
@@ -103,8 +103,8 @@ def test_a_response_completed_early_stays_a_finalist_and_wins(engine, monkeypatc
     rows (8 tokens) outscore every response completed before (< 8 tokens) at the cut, and end
     below all of them (-24)."""
     monkeypatch.setattr(engine, "stop_token_ids", torch.arange(0, 400, 16))
-    rollouts, start = [], _Run.start
-    monkeypatch.setattr(_Run, "start", lambda self, *args: rollouts.append(start(self, *args)) or rollouts[-1])
+    rollouts, start = [], PromptRun.start
+    monkeypatch.setattr(PromptRun, "start", lambda self, *args: rollouts.append(start(self, *args)) or rollouts[-1])
 
     class StopsEndAtTheDecision(TokenCountReward):
         def score(self, prompt, responses):

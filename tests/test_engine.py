@@ -215,7 +215,7 @@ def test_decoding_knows_nothing_of_the_engine():
     tree = ast.parse(Path(decoding.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert imported <= {"__future__", "collections.abc", "dataclasses", "typing", "torch", "cache", "sampling"}
+    assert imported <= {"__future__", "collections.abc", "dataclasses", "typing", "torch", "cache", "errors", "sampling"}
 
 
 def test_a_rollout_needs_only_the_forward_pass_and_runs_the_free_functions(generator_dir, monkeypatch):
@@ -233,9 +233,9 @@ def test_a_rollout_needs_only_the_forward_pass_and_runs_the_free_functions(gener
     calls = []
     decode = decoding.decode_one_token
 
-    def counted(model, cache, tokens, pos, chunk_rows):
+    def counted(model, cache, tokens, pos, chunk_rows, layer_states=None):
         calls.append(tokens.shape[0])
-        return decode(model, cache, tokens, pos, chunk_rows)
+        return decode(model, cache, tokens, pos, chunk_rows, layer_states)
 
     runs, steps = [], []
     for make in (lambda: Rollout(engine.forward, prompt, 6, 12, params, torch.Generator().manual_seed(3),

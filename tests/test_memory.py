@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specrej import LogProbReward, SamplingParams, SpecrejError, best_of_n, load_reward, speculative_rejection
-from specrej.algorithms import _Run, is_out_of_memory
+from specrej.algorithms import PromptRun, is_out_of_memory
 from specrej.api import run_one, run_prompts
 from specrej.budget import PeakMemory, token_capacity
 from specrej import decoding
@@ -119,14 +119,14 @@ def test_the_prompt_kv_is_its_own_storage_and_counted_by_storage(engine):
 
 def test_a_finished_batch_is_released_before_the_next(engine, monkeypatch):
     live = []
-    start = _Run.start
+    start = PromptRun.start
 
     def watch(self, rows, max_len):
         rollout = start(self, rows, max_len)
         live.append(sum(bool(r.cache.k) for r in self.rollouts))
         return rollout
 
-    monkeypatch.setattr(_Run, "start", watch)
+    monkeypatch.setattr(PromptRun, "start", watch)
     result = best_of_n(engine, LogProbReward(), PROMPT, n=12, batch_size=4, memory_budget=2**30, sampling=SAMPLING)
     assert live == [1, 1, 1]
     assert result.tokens["generated"] >= sum(c.num_tokens for c in result.candidates)
@@ -162,11 +162,11 @@ def fail_once_above(engine, monkeypatch, rows: int, error=None):
     decode = decoding.decode_one_token
     failed = []
 
-    def decode_one_token(model, cache, tokens, pos, chunk_rows):
+    def decode_one_token(model, cache, tokens, pos, chunk_rows, layer_states=None):
         if tokens.shape[0] > rows and not failed:
             failed.append(tokens.shape[0])
             raise error or torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return decode(model, cache, tokens, pos, chunk_rows)
+        return decode(model, cache, tokens, pos, chunk_rows, layer_states)
 
     monkeypatch.setattr(decoding, "decode_one_token", decode_one_token)
     return failed
@@ -207,10 +207,10 @@ def test_a_prompt_out_of_memory_even_with_one_row_gets_an_error_record_and_the_r
 
     decode = decoding.decode_one_token
 
-    def decode_one_token(model, cache, tokens, pos, chunk_rows):
+    def decode_one_token(model, cache, tokens, pos, chunk_rows, layer_states=None):
         if "gravity" in engine._current:
             raise torch.OutOfMemoryError("CUDA out of memory")
-        return decode(model, cache, tokens, pos, chunk_rows)
+        return decode(model, cache, tokens, pos, chunk_rows, layer_states)
 
     encode = engine.encode_prompt
 

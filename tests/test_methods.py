@@ -31,11 +31,12 @@ def generate(generator_dir, prompts, out, *extra):
 
 def test_built_in_methods_and_their_labels():
     methods = built_in()
-    assert list(methods) == ["bon", "sr", "sr-adaptive", "sr-random"]
+    assert list(methods) == ["bon", "sr", "sr-adaptive", "sr-random", "st-bon"]
     assert methods["bon"].label({"n": 16}) == "Bo16"
     assert methods["sr"].label({"alpha": 0.5}) == "SR α=0.5"
     assert methods["sr-adaptive"].label({"delta": 0.05}) == "SR δ=0.05"
     assert methods["sr-random"].label({"alpha": 0.7}) == "Random SR α=0.7"
+    assert methods["st-bon"].label({"n": 32}) == "ST-BoN N=32" and methods["st-bon"].setting_name({"n": 32}) == "n32"
     assert methods["sr"].setting_name({"alpha": 0.5}) == "alpha0.5"
     assert methods["sr-adaptive"].setting_name({"delta": 0.05}) == "delta0.05"
 

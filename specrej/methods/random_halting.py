@@ -49,7 +49,7 @@ def run(engine, reward, prompt, *, seed, alpha, **schedule):
 
 RANDOM_HALTING = register(Method(
     name="sr-random",
-    description="random-halting SR (control)",
+    description="random-halting SR, the control",
     params=(ALPHA, *schedule_params()),
     run=run,
     label=lambda params: f"Random SR α={params['alpha']:g}",

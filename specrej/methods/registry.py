@@ -21,7 +21,7 @@ def register(method: Method) -> Method:
 
 
 def built_in() -> dict[str, Method]:
-    from . import bon, random_halting, sr  # noqa: F401 (each registers its methods)
+    from . import bon, random_halting, sr, st_bon  # noqa: F401 (each registers its methods)
 
     return dict(sorted(_BUILT_IN.items()))
 

@@ -7,7 +7,24 @@ step's vote. The row with the most votes is the only one continued to the end; n
 model is used.
 
 The pure functions below mirror `STBoNEarlyStopCriteria` (the truncation point and window) and
-`CoECalculator` (features and scores) of the official code, with the same clamps and epsilons.
+`CoECalculator` (features and scores) of the official code (Alsace08/ST-BoN, decoders.py), with
+the same clamps and epsilons; `SelfTruncation` is its stage 2 run alongside the decode loop, and
+`self_truncation_best_of_n` the method on this engine. Where it departs from the official code:
+
+- the hidden states come from the engine's forward pass in its dtype (bf16 on the default CPU
+  config) and are summed in float32, as the official code casts them; the running mean is a
+  cumulative sum per row ([layers + 1, N, hidden] float32), not every step's states kept;
+- a row that ends with a stop token before the vote keeps the mean of the positions it fed;
+  the official code's `generate` feeds it pad (= EOS) tokens to the end of stage 1 and averages
+  their states in;
+- the losers' last token (step c + tau) is not sampled: the vote reads the states up to step
+  c + tau - 1 only (hidden_states[0..c+tau-1], the prompt's last position first), so the
+  official code samples it and throws it away; the winner samples it from the same
+  distribution, in place (no re-prefill, which the official stage 3 does);
+- on a memory budget (the study's simulated device; the official code has none) the KV of N
+  rows may fill before c + tau: `when_full` "vote" votes there, over the last tau steps so far
+  (as the official code does when generation ends early), "fail" refuses the prompt;
+- the running sums are held beside the KV budget: the record's memory_margin_bytes counts them.
 """
 
 from __future__ import annotations
@@ -16,6 +33,13 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 
 import torch
+
+from ..algorithms import PromptRun, Round, measured_memory
+from ..decoding import Rollout, RowOutput
+from ..errors import SpecrejError
+from ..sampling import SamplingParams
+from .base import Method, Param
+from .registry import register
 
 _NORM_EPS = 1e-8
 _COS_EPS = 1e-7
@@ -82,3 +106,120 @@ def winner(votes: Sequence[int]) -> int:
     """The index with the most votes, the lowest index on ties."""
     counts = Counter(votes)
     return min(counts, key=lambda idx: (-counts[idx], idx))
+
+
+class SelfTruncation:
+    """ST-BoN's choice over a batch of `n` rows (candidate ids 0..n-1), observed step by step.
+
+    `observe` after every decode step: it accumulates each live row's every-layer state of the
+    token it fed (a row that left keeps its sums), detects c, and records the step's vote on the
+    running means. votes[k] is the vote over positions 0..k (position 0: the prompt's last token,
+    position j: generated token j - 1), the official code's end_pos = k + 1."""
+
+    def __init__(self, n: int, tau_coeff: float, prompt_states: torch.Tensor):
+        self.n, self.tau_coeff = n, tau_coeff
+        layers, hidden = prompt_states.shape
+        self.sums = prompt_states.float()[:, None].expand(layers, n, hidden).clone()
+        self.counts = torch.ones(n, device=prompt_states.device)
+        self.c = self.tau = self.stop_step = None
+        self.votes = [self._vote()]
+
+    @property
+    def state_bytes(self) -> int:
+        return self.sums.numel() * self.sums.element_size()
+
+    def _vote(self) -> int:
+        means = self.sums / self.counts[None, :, None]
+        return vote(consistency_scores(coe_features(means)))
+
+    def observe(self, rollout: Rollout, finished: list[RowOutput]) -> bool:
+        """Take the step just made; True once the votes up to step c + tau - 1 are in."""
+        length = rollout.length
+        if self.c is None and (any(o.stopped for o in finished) or (
+                rollout.num_rows and prefixes_distinct(rollout.tokens[:, :length]))):
+            self.c = length
+            self.tau, self.stop_step = window(length, self.tau_coeff)
+        if rollout.num_rows:
+            ids = rollout.candidate_ids
+            self.sums[:, ids] += rollout.layer_states.float()
+            self.counts[ids] += 1
+            self.votes.append(self._vote())
+        return self.stop_step is not None and length >= self.stop_step - 1
+
+    def decide(self) -> tuple[int, dict]:
+        """The winner over the last tau votes (all of them while c is unknown; at most as many as
+        were taken), and the record of the choice."""
+        taken = len(self.votes)
+        tau = min(self.tau if self.tau is not None else taken, taken)
+        window_votes = self.votes[taken - tau:]
+        chosen = winner(window_votes)
+        return chosen, {"rule": "st-bon", "tau_coeff": self.tau_coeff, "c": self.c, "tau": self.tau,
+                        "stop_step": self.stop_step, "voted_steps": taken, "votes": window_votes, "winner": chosen}
+
+
+@measured_memory
+def self_truncation_best_of_n(engine, reward, prompt: str, *, n: int, tau_coeff: float = 1.0, when_full: str = "vote",
+                              memory_budget: int | None = None, sampling: SamplingParams = SamplingParams(),
+                              seed: int = 0):
+    """ST-BoN for one prompt: n rows sampled together until the vote (c + tau - 1 tokens, or
+    earlier if they all end or the KV budget fills), the winner continued in place to the end
+    and scored; the losers are halted by the vote (a loser that had already ended is recorded
+    halted too: the final set is the winner alone). The record's one round holds the choice."""
+    if n < 1:
+        raise SpecrejError(f"n must be >= 1, got {n}")
+    run = PromptRun(engine, reward, prompt, sampling, seed, layer_states=True)
+    capacity = run.capacity(memory_budget)
+    if n > capacity:
+        raise SpecrejError(f"ST-BoN's {n} rows do not fit one token each in the memory budget ({capacity} tokens "
+                           "of KV); lower n or raise the budget")
+    rollout = run.start(n, min(sampling.max_new_tokens, capacity // n))
+    rollout.collect_layer_states = True
+    choice = SelfTruncation(n, tau_coeff, run.prefilled.layer_states)
+    run.generate(rollout, capacity, observe=lambda finished: choice.observe(rollout, finished))
+    in_window = choice.stop_step is not None and rollout.length >= choice.stop_step - 1
+    ended = "window" if in_window else "memory" if rollout.num_rows else "complete"
+    if ended == "memory" and when_full == "fail":
+        raise SpecrejError(f"ST-BoN's {n} rows filled the memory budget at token {rollout.length}, before its vote "
+                           f"(c = {choice.c}); lower n, raise the budget, or use when_full=vote")
+    chosen, rule = choice.decide()
+    batch_before = rollout.num_rows
+    run.update(rollout.partial_outputs(), complete=False)  # the losers' tokens so far, for the record
+    run.halt(rollout, [run.candidates[i] for i in rollout.candidate_ids.tolist() if i != chosen], 0)
+    for candidate in run.candidates:
+        if candidate.id != chosen and candidate.complete:
+            candidate.complete, candidate.halted_round = False, 0
+    decided_at, going_on = rollout.length, rollout.num_rows
+    rollout.collect_layer_states = False
+    if rollout.num_rows:
+        run.generate(rollout, capacity)
+    result = run.finish("st-bon", {"n": n, "tau_coeff": tau_coeff, "when_full": when_full}, [Round(
+        decision_token=decided_at, batch_before=batch_before, batch_after=going_on, ranked=0, kept=1, accepted=1,
+        cutoff=None, memory_guard_halted=0, rule={
+            **rule, "ended": ended, "state_bytes": choice.state_bytes,
+            # per-prompt numbers the study's decisions table summarises over prompts
+            "measures": {"c": choice.c, "tau": choice.tau, "c_plus_tau": choice.stop_step, "vote_token": decided_at,
+                         "memory_ended": ended == "memory"}})])
+    result.memory_margin_bytes += choice.state_bytes
+    return result
+
+
+def run(engine, reward, prompt, *, sampling, seed, memory_budget, measure_memory, n, tau_coeff, when_full):
+    return self_truncation_best_of_n(engine, reward, prompt, n=n, tau_coeff=tau_coeff, when_full=when_full,
+                                     memory_budget=memory_budget, sampling=sampling, seed=seed,
+                                     measure_memory=measure_memory)
+
+
+ST_BON = register(Method(
+    name="st-bon",
+    description="ST-BoN, self-truncation Best-of-N without a reward",
+    params=(
+        Param("n", "int", required=True, low=1, flag="--n", help="the number of responses sampled together, >= 1"),
+        Param("tau_coeff", "float", default=1.0, low=0,
+              help="tau = max(1, int(tau_coeff * c)) voting steps after c (the official code's 1.0)"),
+        Param("when_full", "str", default="vote", choices=("vote", "fail"),
+              help="if the KV budget fills before c + tau: vote on the steps so far, or fail the prompt"),
+    ),
+    run=run,
+    label=lambda params: f"ST-BoN N={params['n']}",
+    setting_keys=("n",),
+))

@@ -419,7 +419,7 @@ def test_method_settings_sr_alphas_then_the_methods_grids(config):
     ([{"name": "beam"}], "methods[0].name: unknown method 'beam'"),
     ([{"name": "sr-random", "grid": {"alpha": [0.5, 1.5]}}], "methods[0].grid.alpha: --alpha must be in [0, 1), got 1.5"),
     ([{"name": "sr-random", "grid": {"beam": [2]}}],
-     "methods[0].grid.beam: sr-random (random-halting SR (control)) takes no parameter 'beam'"),
+     "methods[0].grid.beam: sr-random (random-halting SR, the control) takes no parameter 'beam'"),
     ([{"name": "bon", "grid": {"n": [4]}}], "methods[0].name: bon has its own block"),
     ([{"name": "sr-random"}, {"name": "sr-random"}], "methods[1].name: sr-random is listed twice"),
 ])
