@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # CPU build served from this machine's disk; GPU users: see README "Installing on a GPU machine"
 TORCH ?= torch==2.13.0
 
-.PHONY: setup test test-fast study demo benchmark clean
+.PHONY: setup test test-fast study demo benchmark docs clean
 
 setup: $(VENV)/.installed
 
@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[test,eval,workflow]"
+	$(BIN)/pip install --quiet -e ".[test,eval,workflow,docs]"
 	touch $@
 
 test: setup
@@ -42,6 +42,10 @@ demo: setup
 
 benchmark: setup
 	$(BIN)/python benchmarks/engine_benchmark.py
+
+# the documentation site at http://127.0.0.1:8000, rebuilt on every edit (mkdocs.yml, docs/)
+docs: setup
+	$(BIN)/mkdocs serve
 
 clean:
 	rm -rf $(VENV) .pytest_cache results/demo

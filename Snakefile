@@ -50,6 +50,7 @@ rule all:
     default_target: True
     input:
         expand("results/tables/table{i}.{ext}", i=[1, 2], ext=["csv", "md", "tex"]),
+        expand("results/tables/decisions.{ext}", ext=["csv", "md"]),
         expand("results/figures/figure{i}.{ext}", i=[2, 3, 4], ext=["png", "pdf"]),
         "results/correlation/summary.csv",
         "results/summary.md",

@@ -142,3 +142,24 @@ rule headline:
         **ANALYSIS_RESOURCES,
     script:
         "../scripts/headline.py"
+
+
+rule decisions:
+    """Each method setting's decisions over prompts (analysis.decisions): rounds, the first
+    decision token, and what each method recorded of its decision (ST-BoN: c, tau, c + tau)."""
+    input:
+        runs=merged_runs(),
+    output:
+        csv=report(f"{RESULTS}/tables/decisions.csv", caption="../report/decisions.rst", category="Tables",
+                   labels={"table": "decisions"}),
+        md=f"{RESULTS}/tables/decisions.md",
+    params:
+        pair_of=lambda wildcards, input: {path: pair_labels(run_pair(path))["pair"] for path in input.runs},
+    log:
+        f"{RESULTS}/logs/decisions.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/decisions.tsv"
+    resources:
+        **ANALYSIS_RESOURCES,
+    script:
+        "../scripts/decisions_table.py"
