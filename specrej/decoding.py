@@ -64,7 +64,7 @@ class ForwardPass(Protocol):
     `Rollout` index-selects it when rows are pruned, as it does the cache."""
 
     # which forward pass runs, for the records (a result's params["forward"]): "llama" (the
-    # engine's own, `llama.LlamaForward`) or "hf" (the fallback, `hf_forward.HFForward`)
+    # engine's own: `llama.LlamaForward`, `gemma3.Gemma3Forward`) or "hf" (the fallback, `hf_forward.HFForward`)
     kind: str
     # forward_step takes any chunk of the cache's rows (first_row > 0); False: all live rows in one
     # call, so a decode step's activations grow with the rows (`Engine.memory_margin` counts them)

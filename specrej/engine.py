@@ -1,6 +1,6 @@
 """The engine: a model's forward pass with its tokenizer, stop tokens and memory bounds.
 
-Where things are (gpt-fast's layout): the forward pass in `llama.py` (Llama, Mistral, Qwen2; any
+Where things are (gpt-fast's layout): the forward pass in `llama.py` (Llama, Mistral, Qwen2, Qwen3) and `gemma3.py` (Gemma 3); any
 other causal LM goes through its own forward and cache, `hf_forward.py`), the static KV cache in
 `cache.py`, sampling in `sampling.py`, and `prefill` / `decode_one_token` / `sample` /
 `decode_n_tokens` with the per-row scheduler `Rollout` in `decoding.py` (which knows nothing of the
@@ -16,26 +16,34 @@ from collections.abc import Iterable
 
 import torch
 
-from . import decoding
+from . import decoding, gemma3, llama
 from .decoding import ForwardPass, PrefilledPrompt, Rollout, RowCache
 from .errors import SpecrejError
+from .gemma3 import Gemma3Forward
 from .hf_forward import HFForward
-from .llama import SUPPORTED_MODEL_TYPES, LlamaForward
+from .llama import LlamaForward
 from .sampling import SamplingParams, sampler_copies
 
 logger = logging.getLogger("specrej")
 
 
+# The engine's own forward passes, by model type (each module lists the types it runs); every
+# other causal LM goes through the fallback.
+FAST_PATHS = {**dict.fromkeys(llama.SUPPORTED_MODEL_TYPES, LlamaForward),
+              **dict.fromkeys(gemma3.SUPPORTED_MODEL_TYPES, Gemma3Forward)}
+
+
 def forward_pass(model) -> ForwardPass:
-    """The forward pass for a Hugging Face causal LM: the engine's own (`llama.LlamaForward`) for
-    the architectures it knows, else the fallback through the model's own forward and cache
-    (`hf_forward.HFForward`), with one line in the log naming the model type."""
+    """The forward pass for a Hugging Face causal LM: the engine's own for the architectures it
+    knows (`FAST_PATHS`: `llama.LlamaForward` for Llama, Mistral, Qwen2, Qwen3;
+    `gemma3.Gemma3Forward` for Gemma 3 text), else the fallback through the model's own forward
+    and cache (`hf_forward.HFForward`), with one line in the log naming the model type."""
     model_type = model.config.model_type
-    if model_type in SUPPORTED_MODEL_TYPES:
-        return LlamaForward(model.eval())
+    if model_type in FAST_PATHS:
+        return FAST_PATHS[model_type](model.eval())
     logger.warning("specrej: %r is not one of the engine's own architectures (%s); decoding through "
                    "the model's own forward pass and cache (the fallback, slower)",
-                   model_type, ", ".join(SUPPORTED_MODEL_TYPES))
+                   model_type, ", ".join(FAST_PATHS))
     try:
         return HFForward(model.eval())
     except SpecrejError:

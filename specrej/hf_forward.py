@@ -1,7 +1,7 @@
 """The fallback forward pass: any Hugging Face causal LM through its own forward and its own cache.
 
 `engine.forward_pass` uses it for every architecture the engine's own forward pass
-(`llama.LlamaForward`) does not know: Qwen3, Gemma 2/3, Phi-3, OLMo, GPT-NeoX, GPT-2, ... The
+(`engine.FAST_PATHS`) does not know: Gemma 2, Phi-3, OLMo, GPT-NeoX, GPT-2, Jamba, Mamba, ... The
 model computes attention, positions, masks and sliding windows itself over the cache class it
 builds itself (for most models a `transformers.DynamicCache` whose layers are full or
 sliding-window as the config says; linear-attention layers of hybrid models keep their state in

@@ -1,9 +1,11 @@
-"""The engine's own forward pass for Llama-family decoders (Llama, Mistral, Qwen2), gpt-fast style.
+"""The engine's own forward pass for Llama-family decoders (Llama, Mistral, Qwen2, Qwen3), gpt-fast style.
 
 The weights, norms, rotary embedding and MLP activation are Hugging Face's modules; the forward
 pass is ours: q/k/v and gate/up are one GEMM each, the prompt runs once at batch 1 and its KV
 is shared by every row (`attend_decode`), and each row's own KV lives in a static
-`cache.KVCache`. `LlamaForward` implements `decoding.ForwardPass`.
+`cache.KVCache`. `LlamaForward` implements `decoding.ForwardPass`. Qwen3 is Qwen2 with a per-head
+RMSNorm on q and k before the rotation (`qk_norm`); `gemma3.Gemma3Forward` builds Gemma 3 on
+these pieces.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from .budget import kv_bytes_per_token
 from .cache import KVCache, PromptKV
 from .errors import SpecrejError
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # the model types LlamaForward runs
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -52,7 +54,7 @@ def attend_decode(q, prompt_k, prompt_v, k, v, scale: float) -> torch.Tensor:
 
 
 class LlamaForward:
-    """The forward pass of a Hugging Face Llama, Mistral or Qwen2 causal LM over a `KVCache`."""
+    """The forward pass of a Hugging Face Llama, Mistral, Qwen2 or Qwen3 causal LM over a `KVCache`."""
 
     kind = "llama"  # the engine's own forward pass (decoding.ForwardPass.kind)
     chunked_decode = True  # forward_step takes any chunk of rows (first_row)
@@ -66,6 +68,8 @@ class LlamaForward:
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = attn.head_dim
         self.scale = attn.scaling
+        # Qwen3: each head's q and k RMS-normed (self_attn.q_norm / k_norm) before the rotation
+        self.qk_norm = hasattr(attn, "q_norm")
         self.hidden_size, self.vocab_size = config.hidden_size, config.vocab_size
         self.device, self.dtype = model.device, model.dtype
         self.max_positions = config.max_position_embeddings
@@ -108,9 +112,11 @@ class LlamaForward:
         (prompt + generated), counted at 4 bytes an element: the residual stream, norm and
         attention output (4 x hidden), the fused qkv output and its rotated copies (3 x qkv), the
         gate/up output, activation and product (4 x intermediate), and the attention scores,
-        their scaled and soft-maxed copies and the re-laid-out prompt part (5 x heads x context)."""
+        their scaled and soft-maxed copies and the re-laid-out prompt part (5 x heads x context);
+        with `qk_norm` (Qwen3) also the normed q and k and their concatenation (2 x qkv)."""
         qkv = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
-        return 4 * (4 * self.config.hidden_size + 3 * qkv + 4 * self.config.intermediate_size
+        qk_norm = 2 * qkv if self.qk_norm else 0
+        return 4 * (4 * self.config.hidden_size + 3 * qkv + qk_norm + 4 * self.config.intermediate_size
                     + 5 * self.num_heads * context_len)
 
     def prefill_bytes(self, prompt_len: int) -> int:
@@ -172,7 +178,11 @@ class LlamaForward:
                 layer_states[i].copy_(x[:, -1])
             h = rms_norm(x, layer.input_layernorm)
             qkv = F.linear(h, self.qkv_weight[i], self.qkv_bias[i]).view(rows, seq, -1, self.head_dim)
-            q, k = rotate(qkv[:, :, : heads + kv_heads], cos, sin).transpose(1, 2).split([heads, kv_heads], dim=1)
+            qk = qkv[:, :, : heads + kv_heads]
+            if self.qk_norm:  # skipped for Llama / Mistral / Qwen2, whose ops stay exactly as they were
+                qk = torch.cat([rms_norm(qk[:, :, :heads], layer.self_attn.q_norm),
+                                rms_norm(qk[:, :, heads:], layer.self_attn.k_norm)], dim=2)
+            q, k = rotate(qk, cos, sin).transpose(1, 2).split([heads, kv_heads], dim=1)
             v = qkv[:, :, heads + kv_heads :].transpose(1, 2)
             out = attend(i, q, k, v)  # [rows, heads, seq, d]
             x = x + layer.self_attn.o_proj(out.transpose(1, 2).reshape(rows, seq, -1))

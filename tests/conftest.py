@@ -125,7 +125,7 @@ def custom_code_reward_dir(tmp_path_factory, reward_model_dir) -> Path:
 # -- tiny random models of other architectures (tests/test_hf_forward.py) --------------------------
 # Each is built from a small config, saved to a tmp dir with the generator's tokenizer and loaded
 # by the real loading code (load_engine). The engine's own forward pass runs llama / mistral /
-# qwen2; every other one goes through the fallback (specrej/hf_forward.py).
+# qwen2 / qwen3 / gemma3_text; every other one goes through the fallback (specrej/hf_forward.py).
 
 def _tiny_configs():
     import transformers as tf

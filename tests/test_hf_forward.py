@@ -1,5 +1,5 @@
 """Other architectures: the fallback forward pass (specrej/hf_forward.py) for any causal LM, and the
-engine's own forward pass on Mistral and Qwen2 (float32 and bfloat16), against Hugging Face's own
+engine's own forward pass on Mistral, Qwen2, Qwen3 and Gemma 3 (float32 and bfloat16), against Hugging Face's own
 full forward pass over the same tokens.
 
 Tolerances: float32, absolute 1e-4 on logits (the same model, a different order of operations: the
@@ -13,8 +13,8 @@ import torch
 
 from specrej import LogProbReward, SamplingParams, best_of_n, load_engine, speculative_rejection
 
-FALLBACK = ["qwen3", "gemma2", "gemma3_text", "phi3", "olmo2", "gpt_neox", "gpt2", "jamba", "mamba"]
-FAST = ["mistral", "qwen2"]
+FALLBACK = ["gemma2", "phi3", "olmo2", "gpt_neox", "gpt2", "jamba", "mamba"]
+FAST = ["mistral", "qwen2", "qwen3", "gemma3_text"]
 PROMPT = "Write a poem about the sea."
 ATOL = 1e-4
 # bfloat16: both passes round every op's output to 8 significant bits, in a different order
@@ -134,14 +134,14 @@ def test_the_fallback_is_logged_and_the_fast_path_is_not(tiny_model_dir, caplog)
 def test_fallback_memory_accounting_is_measured_from_the_models_cache(tiny_model_dir):
     """kv_bytes_per_token is what the model's cache grows by per token (all layers), and the
     cache's peak is what its storages held: each row's prompt copy included."""
-    engine = load_engine(str(tiny_model_dir("qwen3")))
+    engine = load_engine(str(tiny_model_dir("olmo2")))
     fwd = engine.forward
     assert fwd.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4  # k and v, 2 layers, 2 kv heads of 16, fp32
     engine.stop_token_ids = torch.tensor([-1])
     prompt_ids, rollout = rollout_for(engine, rows=4)
     for _ in range(3):
         rollout.step()
-    # qwen3's layers are all full attention: the prompt is held once, each row holds its 3 tokens fed
+    # olmo2's layers are all full attention: the prompt is held once, each row holds its 3 tokens fed
     layers = rollout.cache.cache.layers
     assert all(type(layer).__name__ == "SharedPromptLayer" for layer in layers)
     held = (len(prompt_ids) + 4 * 3) * fwd.kv_bytes_per_token
@@ -165,7 +165,7 @@ def test_fallback_memory_accounting_is_measured_from_the_models_cache(tiny_model
     assert gemma.forward.extra_cache_bytes(12, 4) == 4 * 12 * (gemma.kv_bytes_per_token // 2) * 2
 
 
-# -- the engine's own forward pass on Mistral and Qwen2 ---------------------------------------
+# -- the engine's own forward pass on Mistral, Qwen2, Qwen3 and Gemma 3 ------------------------
 
 @pytest.mark.parametrize("model_type", FAST)
 def test_fast_path_on_mistral_and_qwen2_matches_hf_and_prunes_exactly(tiny_model_dir, model_type):

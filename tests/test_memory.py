@@ -253,12 +253,12 @@ def test_the_sampler_stays_within_its_copies(engine, params):
     assert meter.peak_bytes <= sampler_copies(params) * rows * engine.config.vocab_size * 4 + rows * 32
 
 
-@pytest.mark.parametrize("model_type", ["qwen3", "gemma2"])
+@pytest.mark.parametrize("model_type", ["olmo2", "gemma2"])
 def test_the_fallback_forward_pass_keeps_the_memory_contract(tiny_model_dir, monkeypatch, model_type):
     """The fallback (hf_forward.HFForward: the model's own forward and cache) under SR with a budget
     that forces decisions: the measured peak stays within budget + margin (the margin counts an
     unchunked decode step and the fallback's extra_cache_bytes), and the cache's own peak within
-    budget + extra_cache_bytes: for qwen3 (all layers full attention, the prompt held once) only the
+    budget + extra_cache_bytes: for olmo2 (all layers full attention, the prompt held once) only the
     prompt's part of one layer in flight, for gemma2 also each row's copy of its sliding layer's
     prompt part."""
     from specrej import load_engine

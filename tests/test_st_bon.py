@@ -153,7 +153,7 @@ def test_layer_states_are_transformers_hidden_states_and_change_no_token(no_stop
 
 
 def test_the_fallback_gives_the_same_layer_states(tiny_model_dir):
-    engine = load_engine(str(tiny_model_dir("gemma3_text")), dtype="float32")
+    engine = load_engine(str(tiny_model_dir("gemma2")), dtype="float32")
     assert engine.forward_kind == "hf"
     prompt_ids = engine.encode_prompt(PROMPT)
     prompt = engine.prefill(prompt_ids, layer_states=True)

@@ -1,0 +1,227 @@
+"""The engine's own forward pass on Qwen3 (`llama.LlamaForward` with q/k norms) and Gemma 3 text
+(`gemma3.Gemma3Forward`), in float32 and bfloat16, against transformers' own full forward pass
+over the same tokens: logits after the prompt, after decoding past Gemma's sliding window, after
+pruning rows; every layer's states against output_hidden_states; the memory bounds measured.
+
+The tiny models are built here (not conftest's): Gemma 3 with a sliding window of 8 (shorter than
+the prompt, and a short prompt that decoding carries past it), sliding and full layers mixed, a
+linear rope scaling on the full layers, final logit soft-capping; every norm weight randomized, so
+that Gemma's (1 + weight) and Qwen3's q/k norm weights are exercised.
+
+Tolerances: float32, absolute 1e-4 on logits (the same model, a different order of operations);
+bfloat16, see BF16_ATOL.
+"""
+
+import logging
+
+import pytest
+import torch
+from conftest import GENERATOR_TEMPLATE, build_tokenizer
+
+from specrej import SamplingParams, SpecrejError, load_engine
+from specrej.budget import PeakMemory
+
+PROMPT = "Write a poem about the sea."
+MODELS = ["qwen3", "gemma3_text"]
+DTYPES = ["float32", "bfloat16"]
+ATOL = 1e-4
+# bfloat16: both passes round every op's output to 8 significant bits, in a different order (fused
+# GEMMs, shared-prompt attention, one-token cached steps against one pass over the sequence); a bf16
+# ulp of these logits (|logits| < 4) is at most 2**-6 = 0.0156. Measured after 15 steps: at most
+# 0.0195 (qwen3), 0.031 (gemma3); float32 at most 2e-6. Tolerance: 0.05, about 3 ulps.
+BF16_ATOL = 0.05
+# every-layer states: bf16 residual streams of magnitude up to ~8 (Gemma's sqrt(hidden) scaled
+# embedding), where an ulp is 2**-5; measured at most 0.031 (qwen3), 0.0625 (gemma3, 2 ulps)
+BF16_STATES_ATOL, BF16_STATES_RTOL = 0.05, 0.016
+SLIDING_WINDOW = 8
+
+
+def _config(model_type: str, vocab_size: int):
+    import transformers as tf
+
+    common = {"vocab_size": vocab_size, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256, "bos_token_id": 1,
+              "eos_token_id": 2, "pad_token_id": 0}
+    if model_type == "qwen3":
+        return tf.Qwen3Config(num_hidden_layers=2, tie_word_embeddings=False, **common)
+    return tf.Gemma3TextConfig(
+        num_hidden_layers=3, sliding_window=SLIDING_WINDOW, query_pre_attn_scalar=24,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_scaling={"rope_type": "linear", "factor": 4.0},  # the full layers' rotary, as Gemma 3 4B+
+        final_logit_softcapping=5.0, **common)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """model_dir(model_type) -> a saved tiny random causal LM (built once per module)."""
+    from transformers import AutoModelForCausalLM
+
+    built = {}
+
+    def build(model_type: str):
+        if model_type not in built:
+            path = tmp_path_factory.mktemp(f"fast-{model_type}")
+            tokenizer = build_tokenizer(GENERATOR_TEMPLATE)
+            torch.manual_seed(0)
+            model = AutoModelForCausalLM.from_config(_config(model_type, len(tokenizer)))
+            with torch.no_grad():
+                for name, param in model.named_parameters():
+                    if "norm" in name:  # Gemma: around 0 (the norm is 1 + w); Qwen3: around 1
+                        param.copy_(torch.randn_like(param) * 0.3 + (0 if model_type == "gemma3_text" else 1))
+                model.get_output_embeddings().weight.mul_(4)  # sharper next-token distributions
+            model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+            built[model_type] = path
+        return built[model_type]
+
+    return build
+
+
+def engine_for(model_dir, model_type, dtype):
+    engine = load_engine(str(model_dir(model_type)), dtype=dtype)
+    assert engine.forward_kind == "llama" and engine.dtype == getattr(torch, dtype)
+    engine.stop_token_ids = torch.tensor([-1])  # no row finishes: the test controls the rows
+    return engine
+
+
+def reference_logits(model, prompt_ids, rows_tokens):
+    """Logits at every position from a fresh HF forward over prompt + each row's tokens (no cache)."""
+    with torch.no_grad():
+        return model(torch.tensor([prompt_ids + row for row in rows_tokens])).logits.float()
+
+
+def hf_states(model, ids):
+    """transformers' own output_hidden_states of one sequence: [L + 1, positions, H]."""
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    return torch.stack([h[0] for h in out.hidden_states])
+
+
+def live_tokens(rollout):
+    return rollout.tokens[:, : rollout.length].tolist()
+
+
+def max_error(engine, prompt_ids, rollout) -> float:
+    ref = reference_logits(engine.model, prompt_ids, live_tokens(rollout))[:, -1]
+    return (engine.logits(rollout.hidden) - ref).abs().max().item()
+
+
+def assert_matches_hf(engine, prompt_ids, rollout):
+    """The rollout's next-token logits and every sampled token's log-prob equal HF's full forward."""
+    atol = ATOL if engine.dtype == torch.float32 else BF16_ATOL
+    tokens = live_tokens(rollout)
+    ref = reference_logits(engine.model, prompt_ids, tokens)
+    torch.testing.assert_close(engine.logits(rollout.hidden), ref[:, -1], atol=atol, rtol=0)
+    if rollout.length:
+        predicted = ref[:, len(prompt_ids) - 1 : -1].log_softmax(-1)  # position i predicts token i
+        ref_logprobs = predicted.gather(-1, torch.tensor(tokens)[..., None])[..., 0]
+        torch.testing.assert_close(rollout.logprobs[:, : rollout.length], ref_logprobs, atol=atol * 10, rtol=0)
+
+
+def test_qwen3_and_gemma3_run_on_the_fast_path(model_dir, caplog):
+    from specrej.gemma3 import Gemma3Forward
+    from specrej.llama import LlamaForward
+
+    with caplog.at_level(logging.WARNING, logger="specrej"):
+        qwen3 = load_engine(str(model_dir("qwen3")))
+        gemma = load_engine(str(model_dir("gemma3_text")))
+    assert not [r for r in caplog.records if "fallback" in r.getMessage()]
+    assert type(qwen3.forward) is LlamaForward and qwen3.forward.qk_norm
+    assert type(gemma.forward) is Gemma3Forward and qwen3.forward_kind == gemma.forward_kind == "llama"
+    assert gemma.forward.is_sliding == [True, False, True] and gemma.forward.sliding_window == SLIDING_WINDOW
+    # Gemma: no refusal past the sliding window, only past the context
+    gemma.check_fits(20, 200)
+    with pytest.raises(SpecrejError, match="context of 256"):
+        gemma.check_fits(20, 237)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("model_type", MODELS)
+def test_decode_matches_transformers_past_the_window_and_after_pruning(model_dir, model_type, dtype):
+    engine = engine_for(model_dir, model_type, dtype)
+    prompt_ids = engine.encode_prompt(PROMPT)
+    assert len(prompt_ids) > SLIDING_WINDOW  # the prefill's sliding layers slide already
+    params = SamplingParams(max_new_tokens=24)
+    rollout = engine.rollout(engine.prefill(prompt_ids), 6, 16, params, torch.Generator().manual_seed(0))
+    assert_matches_hf(engine, prompt_ids, rollout)
+    for _ in range(10):  # the window moves past the prompt's end: its prompt part is then empty
+        rollout.step()
+    assert_matches_hf(engine, prompt_ids, rollout)
+    rollout.halt(rollout.candidate_ids[[0, 3, 4]].tolist())
+    assert rollout.num_rows == rollout.cache.rows == 3
+    assert_matches_hf(engine, prompt_ids, rollout)
+    rollout.step()
+    rollout.grow(24)  # a re-layout of the compacted cache
+    for _ in range(4):
+        rollout.step()
+    assert rollout.cache.max_len == 24 and rollout.length == 15
+    assert_matches_hf(engine, prompt_ids, rollout)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_short_prompt_that_decoding_carries_past_the_window(model_dir, dtype):
+    """Prompt of 3 tokens (the prefill sees no window): each decode step against HF, as the window's
+    start moves from the prompt's first token into the generated ones."""
+    engine = engine_for(model_dir, "gemma3_text", dtype)
+    prompt_ids = [1, 40, 41]
+    rollout = engine.rollout(engine.prefill(prompt_ids), 4, 14, SamplingParams(max_new_tokens=14),
+                             torch.Generator().manual_seed(2))
+    for _ in range(13):
+        rollout.step()
+        assert_matches_hf(engine, prompt_ids, rollout)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("model_type", MODELS)
+def test_layer_states_are_transformers_hidden_states(model_dir, model_type, dtype):
+    engine = engine_for(model_dir, model_type, dtype)
+    atol, rtol = (1e-4, 1e-4) if dtype == "float32" else (BF16_STATES_ATOL, BF16_STATES_RTOL)
+    prompt_ids = engine.encode_prompt(PROMPT)
+    params = SamplingParams(max_new_tokens=12)
+    runs = []
+    for collect in (False, True):
+        prompt = engine.prefill(prompt_ids, layer_states=collect)
+        rollout = engine.rollout(prompt, 3, 12, params, torch.Generator().manual_seed(1))
+        rollout.collect_layer_states = collect
+        for _ in range(10):
+            rollout.step()
+        runs.append((prompt, rollout))
+    (_, plain), (prompt, collected) = runs
+    assert torch.equal(plain.tokens[:, :10], collected.tokens[:, :10]) and plain.layer_states is None
+    assert collected.layer_states.shape == (len(engine.layers) + 1, 3, engine.config.hidden_size)
+    for row in range(3):
+        reference = hf_states(engine.model, prompt_ids + collected.tokens[row, :10].tolist())
+        torch.testing.assert_close(prompt.layer_states, reference[:, len(prompt_ids) - 1], atol=atol, rtol=rtol)
+        torch.testing.assert_close(collected.layer_states[:, row], reference[:, -1], atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("model_type", MODELS)
+def test_the_memory_bounds_hold_measured(model_dir, model_type, dtype):
+    """One decode step of `rows` rows allocates at most rows x decode_row_bytes(context), and the
+    prefill at most prefill_bytes(P) beside the prompt KV it returns (budget.StorageTracker)."""
+    engine = engine_for(model_dir, model_type, dtype)
+    fwd, rows = engine.forward, 8
+    prompt_ids = (engine.encode_prompt(PROMPT) * 4)[:40]
+    with torch.inference_mode(), PeakMemory("cpu") as meter:  # as decoding.prefill runs it
+        state, _ = fwd.forward_prompt(torch.tensor([prompt_ids]))
+    assert meter.peak_bytes <= fwd.prefill_bytes(40) + 40 * fwd.kv_bytes_per_token
+    cache = fwd.new_cache()
+    cache.share_prompt(state)
+    cache.allocate(rows, 4)
+    tokens = torch.arange(3, 3 + rows)[:, None]
+    for pos in range(4):
+        with torch.inference_mode(), PeakMemory("cpu") as meter:
+            fwd.forward_step(cache, tokens, pos)
+        assert 0 < meter.peak_bytes <= rows * fwd.decode_row_bytes(40 + pos + 1)
+
+
+def test_an_encoder_gemma_is_refused(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from specrej.engine import forward_pass
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir("gemma3_text"))
+    model.config.use_bidirectional_attention = True
+    with pytest.raises(SpecrejError, match="bidirectional"):
+        forward_pass(model)
