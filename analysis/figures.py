@@ -108,8 +108,9 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
         points = summary if panel is None else summary[summary[panel_column] == panel]
         for method, (color, marker) in styles.items():
             series = points[points["method"] == method].sort_values("relative_compute")
-            labels = [point_label(method, str(label)) for label in series["method_label"]]
-            _draw_labelled_curve(axes, series, method_name(method), color, labels, marker=marker)
+            every = summary.loc[summary["method"] == method, "method_label"]
+            labels = [point_label(method, str(label), every) for label in series["method_label"]]
+            _draw_labelled_curve(axes, series, method_name(method, every), color, labels, marker=marker)
         _use_plain_log_x(axes)
         axes.set_xlabel(COMPUTE_LABEL)
         axes.set_ylabel(IMPROVEMENT_LABEL)

@@ -20,9 +20,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 BON = "bon"
-# Display names of the built-in methods (legends, headline sentences) and the prefix their
-# labels share, which a Figure 3 point annotation drops ("SR α=0.5" is drawn "α=0.5" on the
-# SR series).  Any other method is shown by its registered name and its full labels.
+# Display names of the paper's methods and the control (legends, headline sentences) and the
+# prefix their labels share, which a Figure 3 point annotation drops ("SR α=0.5" is drawn
+# "α=0.5" on the SR series).  Any other method is named by what its labels share before their
+# last "name=value" word (``shared_prefix``: "ST-BoN" for "ST-BoN N=32"), else by its name.
 METHOD_NAMES = {"bon": "Best-of-N", "sr": "SR", "sr-adaptive": "SR adaptive", "sr-random": "Random SR"}
 LABEL_PREFIXES = {"bon": "Bo", "sr": "SR ", "sr-adaptive": "SR ", "sr-random": "Random SR "}
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -41,15 +42,27 @@ def setting_params(setting: str) -> dict:
     return json.loads(setting)
 
 
-def method_name(method: str) -> str:
-    """The display name of a method: ``METHOD_NAMES`` for the built-ins, else the name itself."""
-    return METHOD_NAMES.get(method, str(method))
+def shared_prefix(labels: Iterable[str]) -> str:
+    """The words every label has before its last word, when each last word is a "name=value"
+    setting ("ST-BoN " for "ST-BoN N=32" and "ST-BoN N=128"); "" otherwise."""
+    labels = [str(label) for label in labels]
+    if not labels or not all(" " in label and "=" in label.rsplit(" ", 1)[1] for label in labels):
+        return ""
+    heads = {label.rsplit(" ", 1)[0] for label in labels}
+    return f"{heads.pop()} " if len(heads) == 1 else ""
 
 
-def point_label(method: str, label: str) -> str:
-    """A configuration's label without its method's shared prefix (``LABEL_PREFIXES``):
-    "α=0.5" for "SR α=0.5", "120" for "Bo120"; other methods keep their whole label."""
-    prefix = LABEL_PREFIXES.get(method, "")
+def method_name(method: str, labels: Iterable[str] = ()) -> str:
+    """The display name of a method: ``METHOD_NAMES`` for the built-ins, else its labels'
+    ``shared_prefix``, else the name itself."""
+    return METHOD_NAMES.get(method) or shared_prefix(labels).strip() or str(method)
+
+
+def point_label(method: str, label: str, labels: Iterable[str] = ()) -> str:
+    """A configuration's label without its method's shared prefix (``LABEL_PREFIXES``, else the
+    ``shared_prefix`` of its method's `labels`): "α=0.5" for "SR α=0.5", "120" for "Bo120",
+    "N=32" for "ST-BoN N=32"; a label without one is kept whole."""
+    prefix = LABEL_PREFIXES.get(method) or shared_prefix(labels)
     return label[len(prefix):] if prefix and label.startswith(prefix) and len(label) > len(prefix) else label
 
 

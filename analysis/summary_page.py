@@ -67,7 +67,7 @@ def render_headline_markdown(
 def _statement(rows: pd.DataFrame, score_name: str) -> str:
     """One method's paragraph: its best setting against Best-of-N."""
     bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
-    name = method_name(rows["method"].iloc[0])
+    name = method_name(rows["method"].iloc[0], rows["method_label"])
     bests = rows[rows["best"]]
     if bests.empty:
         return f"No setting of {name} has a finite score on this pair: nothing to compare."
@@ -246,7 +246,8 @@ def _settings_table(rows: pd.DataFrame) -> str:
 def _token_line(savings: pd.DataFrame) -> str:
     """The tokens one method saved on a pair, beside the oracle bound."""
     first = savings.iloc[0]
-    name = method_name(first["method"]) if "method" in savings.columns else "SR"
+    labels = savings["method_label"] if "method_label" in savings.columns else ()
+    name = method_name(first["method"], labels) if "method" in savings.columns else "SR"
     token = first["first_decision_token"]
     low, high = first["first_decision_token_min"], first["first_decision_token_max"]
     if not np.isfinite(token):

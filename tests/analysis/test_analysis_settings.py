@@ -46,3 +46,12 @@ def test_display_names():
     assert point_label("sr", "SR α=0.5") == "α=0.5" and point_label("sr-random", "Random SR α=0.5") == "α=0.5"
     assert point_label("bon", "Bo120") == "120" and point_label("first-k", "First 2 of 3") == "First 2 of 3"
     assert point_label("sr", "Something else") == "Something else"
+
+
+def test_a_method_outside_the_table_is_named_by_what_its_labels_share():
+    labels = ["ST-BoN N=32", "ST-BoN N=128"]
+    assert method_name("st-bon", labels) == "ST-BoN" and point_label("st-bon", "ST-BoN N=32", labels) == "N=32"
+    assert method_name("st-bon", ["ST-BoN N=32"]) == "ST-BoN"  # one setting: its words before the last
+    # no shared words, or a last word that is not name=value: the name, and whole labels
+    assert method_name("mix", ["A x=1", "B x=2"]) == "mix" and point_label("mix", "A x=1", ["A x=1", "B x=2"]) == "A x=1"
+    assert method_name("first-k", ["First 2 of 3"]) == "first-k"
