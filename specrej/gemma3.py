@@ -26,9 +26,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from .cache import KVCache, PromptKV
 from .errors import SpecrejError
-from .llama import LlamaForward, attend_decode, rotate
+from .llama import LlamaForward, rotate
 
 SUPPORTED_MODEL_TYPES = ("gemma3_text",)  # the model types Gemma3Forward runs
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -104,54 +103,19 @@ class Gemma3Forward(LlamaForward):
         return (prompt_len * self.decode_row_bytes(prompt_len) + 4 * self.num_heads * prompt_len**2
                 + 5 * prompt_len**2)
 
-    # -- forward -------------------------------------------------------------------------
-    def forward_prompt(self, token_ids: torch.Tensor, layer_states: torch.Tensor | None = None
-                       ) -> tuple[PromptKV, torch.Tensor]:
-        """The prompt token_ids [1, P] from position 0: its per-layer k and v [kv_heads, P, d]
-        (a `PromptKV`, every layer's whole prompt) and the final hidden state of its last token
-        [1, hidden]. Sliding layers attend through the sliding causal mask once P exceeds the window.
-        `layer_states` [num_layer_states, 1, hidden], if given, receives its last token's state at every layer."""
-        ks, vs = [], []
-        seq = token_ids.shape[1]
-        window_mask = None  # within the window, a sliding layer's mask is the causal one
-        if self.sliding_window is not None and seq > self.sliding_window:
-            i = torch.arange(seq, device=self.device)
-            # query i sees key j for i - window < j <= i (True: attend)
-            window_mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - self.sliding_window)
+    # -- attention windows -----------------------------------------------------------------
+    def prompt_masks(self, seq: int) -> list[torch.Tensor | None]:
+        """The sliding layers' mask once the prompt is longer than the window (query i sees key j
+        for i - window < j <= i); within the window, and on full layers, the causal one (None)."""
+        if self.sliding_window is None or seq <= self.sliding_window:
+            return [None] * len(self.layers)
+        i = torch.arange(seq, device=self.device)
+        window = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - self.sliding_window)
+        return [window if sliding else None for sliding in self.is_sliding]
 
-        def attend(layer, q, k, v):
-            # copies, not views: a view would keep the whole rotated / fused qkv storage alive
-            ks.append(k[0].clone(memory_format=torch.contiguous_format))
-            vs.append(v[0].clone(memory_format=torch.contiguous_format))
-            if window_mask is not None and self.is_sliding[layer]:
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask, scale=self.scale, enable_gqa=True)
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
-
-        hidden = self._forward(token_ids, 0, attend, layer_states)
-        return PromptKV(ks, vs), hidden
-
-    def forward_step(self, cache: KVCache, tokens: torch.Tensor, pos: int, first_row: int = 0,
-                     layer_states: torch.Tensor | None = None) -> torch.Tensor:
-        """One token per row, tokens [rows, 1], at generated position `pos` for the cache's rows
-        first_row...: writes their k/v into `cache` and returns their hidden states [rows, hidden]
-        (`layer_states` [num_layer_states, rows, hidden], if given, receives every layer's).
-        A sliding layer attends to the last `sliding_window` positions only: the tail of the
-        shared prompt KV and of the rows' own KV (every row is at the same position)."""
-        prompt_len = cache.prompt_len
-        # the oldest position that a sliding layer's query at prompt_len + pos still sees
-        first = prompt_len + pos - self.sliding_window + 1 if self.sliding_window is not None else 0
-
-        def attend(layer, q, k, v):
-            k, v = cache.update(layer, pos, k[:, :, 0], v[:, :, 0], first_row)
-            prompt_k, prompt_v = cache.prompt_k[layer], cache.prompt_v[layer]
-            if self.is_sliding[layer] and first > 0:
-                # an empty prompt part once the window lies within the generated tokens
-                prompt_k, prompt_v = prompt_k[:, first:], prompt_v[:, first:]
-                own = max(0, first - prompt_len)
-                k, v = k[:, :, own:], v[:, :, own:]
-            return attend_decode(q, prompt_k, prompt_v, k, v, self.scale)
-
-        return self._forward(tokens, prompt_len + pos, attend, layer_states)
+    def first_visible(self, layer: int, query_pos: int) -> int:
+        """A sliding layer's query at `query_pos` sees the last `sliding_window` positions; a full layer every one."""
+        return max(0, query_pos - self.sliding_window + 1) if self.is_sliding[layer] else 0
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 [rows, vocab]: the lm_head output, soft-capped as transformers does (in the model's

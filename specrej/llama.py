@@ -127,19 +127,34 @@ class LlamaForward:
         """0: a `KVCache` holds exactly what the budget counts (the prompt once, each row's generated tokens)."""
         return 0
 
+    # -- attention windows (a sliding-window architecture overrides these) -----------------
+    def prompt_masks(self, seq: int) -> list[torch.Tensor | None]:
+        """Per layer, the attention mask of a prompt of `seq` tokens (True: attend), or None where
+        the causal mask is all there is: here every layer."""
+        return [None] * len(self.layers)
+
+    def first_visible(self, layer: int, query_pos: int) -> int:
+        """The oldest position that layer `layer`'s query at position `query_pos` attends to: 0, every
+        earlier one (check_fits keeps Mistral's sliding window out of reach)."""
+        return 0
+
     # -- forward -------------------------------------------------------------------------
     def forward_prompt(self, token_ids: torch.Tensor, layer_states: torch.Tensor | None = None
                        ) -> tuple[PromptKV, torch.Tensor]:
         """The prompt token_ids [1, P] from position 0: its per-layer k and v [kv_heads, P, d]
-        (a `PromptKV`, for `KVCache.share_prompt`) and the final hidden state of its last token [1, hidden].
+        (a `PromptKV`, for `KVCache.share_prompt`: every layer's whole prompt) and the final hidden
+        state of its last token [1, hidden]. A layer with a mask (`prompt_masks`) attends through it.
         `layer_states` [num_layer_states, 1, hidden], if given, receives its last token's state at every layer."""
         ks, vs = [], []
+        masks = self.prompt_masks(token_ids.shape[1])
 
         def attend(layer, q, k, v):
             # copies, not views: k is a view of the rotated q+k tensor and v of the fused qkv
             # output, and a view would keep that whole storage alive for the prompt's run
             ks.append(k[0].clone(memory_format=torch.contiguous_format))
             vs.append(v[0].clone(memory_format=torch.contiguous_format))
+            if masks[layer] is not None:
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=masks[layer], scale=self.scale, enable_gqa=True)
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
 
         hidden = self._forward(token_ids, 0, attend, layer_states)
@@ -149,12 +164,22 @@ class LlamaForward:
                      layer_states: torch.Tensor | None = None) -> torch.Tensor:
         """One token per row, tokens [rows, 1], at generated position `pos` for the cache's rows
         first_row...: writes their k/v into `cache` and returns their hidden states [rows, hidden]
-        (`layer_states` [num_layer_states, rows, hidden], if given, receives every layer's)."""
+        (`layer_states` [num_layer_states, rows, hidden], if given, receives every layer's).
+        A layer whose window starts later (`first_visible`) attends to the tail of the shared prompt
+        KV and of the rows' own KV: every row is at the same position, so the window is a slice."""
+        prompt_len = cache.prompt_len
+
         def attend(layer, q, k, v):
             k, v = cache.update(layer, pos, k[:, :, 0], v[:, :, 0], first_row)
-            return attend_decode(q, cache.prompt_k[layer], cache.prompt_v[layer], k, v, self.scale)
+            prompt_k, prompt_v = cache.prompt_k[layer], cache.prompt_v[layer]
+            first = self.first_visible(layer, prompt_len + pos)
+            if first > 0:  # an empty prompt part once the window lies within the generated tokens
+                prompt_k, prompt_v = prompt_k[:, first:], prompt_v[:, first:]
+                own = max(0, first - prompt_len)
+                k, v = k[:, :, own:], v[:, :, own:]
+            return attend_decode(q, prompt_k, prompt_v, k, v, self.scale)
 
-        return self._forward(tokens, cache.prompt_len + pos, attend, layer_states)
+        return self._forward(tokens, prompt_len + pos, attend, layer_states)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.lm_head(hidden).float()
