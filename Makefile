@@ -23,17 +23,22 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not cluster"
 
 CORES ?= 2
+# another study: make study CONFIG=config/grid.yaml (merged over config/config.yaml; its results_dir
+# key names the folder it writes, results/ by default)
+CONFIG ?=
+SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG))
+RESULTS_DIR = $(shell $(BIN)/python -c 'import sys, yaml; print(((yaml.safe_load(open(sys.argv[1])) if sys.argv[1:] else None) or {}).get("results_dir", "results").rstrip("/"))' $(CONFIG))
 
-# On a failure, Snakefile's onerror names each failed job and its log (results/logs/failure.txt);
+# On a failure, Snakefile's onerror names each failed job and its log (<results>/logs/failure.txt);
 # it is printed again here, after Snakemake's four closing lines, so it is what the user reads last.
 study: setup
-	@rm -f results/logs/failure.txt; SPECREJ_RESUME="make study" $(BIN)/snakemake --cores $(CORES) \
-		|| { status=$$?; echo >&2; cat results/logs/failure.txt >&2 2>/dev/null; exit $$status; }
-	$(BIN)/snakemake --cores $(CORES) --report results/report.html
+	@rm -f $(RESULTS_DIR)/logs/failure.txt; SPECREJ_RESUME="make study$(if $(CONFIG), CONFIG=$(CONFIG))" $(SNAKEMAKE) \
+		|| { status=$$?; echo >&2; cat $(RESULTS_DIR)/logs/failure.txt >&2 2>/dev/null; exit $$status; }
+	$(SNAKEMAKE) --report $(RESULTS_DIR)/report.html
 	@echo
-	@echo "headline: results/summary.md"
-	@echo "report:   results/report.html (every table and figure with its caption)"
-	@echo "tables:   results/tables/   figures: results/figures/   runs: results/runs/"
+	@echo "headline: $(RESULTS_DIR)/summary.md"
+	@echo "report:   $(RESULTS_DIR)/report.html (every table and figure with its caption)"
+	@echo "tables:   $(RESULTS_DIR)/tables/   figures: $(RESULTS_DIR)/figures/   runs: $(RESULTS_DIR)/runs/"
 
 demo: setup
 	$(BIN)/specrej generate --model default --reward logprob --method sr --alpha 0.5 \

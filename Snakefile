@@ -5,6 +5,7 @@
 # The rules only wire files together: the engine is `specrej`, the analysis is `analysis/`, the
 # plan's plain Python (config checks, prompt chunks, engine options) is workflow/plan.py.
 
+import sys
 from pathlib import Path
 
 from snakemake.utils import min_version
@@ -17,8 +18,8 @@ configfile: f"{workflow.basedir}/config/config.yaml"
 
 
 # the report's first page: the description followed by the study's headline once it exists
-# (results/report_front.rst, written by rule headline); before that, the description alone
-FRONT_PAGE = Path("results/report_front.rst").resolve()
+# (<results_dir>/report_front.rst, written by rule headline); before that, the description alone
+FRONT_PAGE = Path(str(config.get("results_dir", "results")), "report_front.rst").resolve()
 
 
 report: str(FRONT_PAGE) if FRONT_PAGE.exists() else "workflow/report/workflow.rst"
@@ -49,13 +50,20 @@ localrules:
 rule all:
     default_target: True
     input:
-        expand("results/tables/table{i}.{ext}", i=[1, 2], ext=["csv", "md", "tex"]),
-        expand("results/tables/decisions.{ext}", ext=["csv", "md"]),
-        expand("results/figures/figure{i}.{ext}", i=[2, 3, 4], ext=["png", "pdf"]),
-        "results/correlation/summary.csv",
-        "results/summary.md",
-        "results/failed_prompts.csv",
+        expand(f"{RESULTS}/tables/table{{i}}.{{ext}}", i=[1, 2], ext=["csv", "md", "tex"]),
+        expand(f"{RESULTS}/tables/decisions.{{ext}}", ext=["csv", "md"]),
+        expand(f"{RESULTS}/figures/figure{{i}}.{{ext}}", i=[2, 3, 4], ext=["png", "pdf"]),
+        f"{RESULTS}/correlation/summary.csv",
+        f"{RESULTS}/summary.md",
+        f"{RESULTS}/failed_prompts.csv",
         merged_runs(),
+
+
+onstart:
+    # what the study runs and about how long it takes, before its first job; Snakemake calls it
+    # once, in the main process, and not for a dry run, a report or a run with nothing to do
+    print(plan.study_overview(config, plan.Plan(config, workflow.basedir), jobs_left=len(workflow.dag)),
+          file=sys.stderr)
 
 
 onsuccess:

@@ -35,6 +35,8 @@ TAU_LABEL = "τ (generated tokens)"
 CORRELATION_LABELS = {"pearson": "Pearson $r$", "kendall": r"Kendall $\tau_a$"}
 # Zero-spread prompts named in a Figure 3 panel's footnote before "and k more".
 MAX_NAMED_PROMPTS = 12
+# Figure 3's panels per row: the paper's grid is 3 reward models wide; more pairs wrap onto new rows.
+FIGURE3_COLUMNS = 3
 
 
 def save_figure(figure: Figure, path_stem: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
@@ -83,7 +85,8 @@ def figure2_partial_vs_final(
     return figure
 
 
-def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "pair") -> Figure:
+def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "pair",
+                                   columns: int = FIGURE3_COLUMNS) -> Figure:
     """Figure 3: relative compute (log x) vs improvement score, one panel per ``panel_column``.
 
     Input: ``analysis.metrics.method_summary`` output, i.e. columns method, method_label,
@@ -96,15 +99,20 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
     With the columns improvement_lo/hi and relative_compute_lo/hi every point gets error bars on
     both axes (the bootstrap intervals); with n_prompts_improvement and zero_spread_prompts a
     panel whose improvement leaves out prompts (Bo-N_min's rewards did not spread) names them
-    under its axes.
+    under its axes. The panels, in order of first appearance, fill rows of ``columns`` (a grid
+    like the paper's); up to ``columns`` panels make one row.
     """
     require_columns(summary, ["method", "method_label", "relative_compute", "improvement"], "method summary")
     panels = summary[panel_column].unique() if panel_column in summary.columns else [None]
     styles = series_styles(summary["method"].unique())
+    n_columns = min(len(panels), columns)
+    n_rows = -(-len(panels) // n_columns)
     with sns.axes_style(STYLE):
-        figure = Figure(figsize=(4.8 * len(panels), 4.2), layout="constrained")
-        all_axes = figure.subplots(1, len(panels), squeeze=False)[0]
-    for axes, panel in zip(all_axes, panels, strict=True):
+        figure = Figure(figsize=(4.8 * n_columns, 4.2 * n_rows), layout="constrained")
+        grid = figure.subplots(n_rows, n_columns, squeeze=False).ravel()
+    for unused in grid[len(panels):]:  # the last row's empty places
+        unused.remove()
+    for axes, panel in zip(grid[:len(panels)], panels, strict=True):
         points = summary if panel is None else summary[summary[panel_column] == panel]
         for method, (color, marker) in styles.items():
             series = points[points["method"] == method].sort_values("relative_compute")
@@ -156,26 +164,34 @@ def zero_spread_note(summary: pd.DataFrame, max_named: int = MAX_NAMED_PROMPTS) 
             f"spread: {shown}.")
 
 
-def figure4_correlation_distributions(statistics: pd.DataFrame) -> Figure:
+def figure4_correlation_distributions(statistics: pd.DataFrame, panel_column: str = "pair") -> Figure:
     """Figure 4: distribution across prompts of Pearson r (left) and Kendall τ_a (right) per tau.
 
     Input: ``analysis.correlation.prompt_tau_statistics`` output (columns tau, pearson,
     kendall — tau-a, the paper's Appendix B definition).  Each tau gets a box plot with the
-    individual prompts overlaid; degenerate prompts (NaN) are left out.
+    individual prompts overlaid; degenerate prompts (NaN) are left out.  With a ``panel_column``
+    (e.g. ``pair``) holding several values, each gets a row of the two panels, titled by it, in
+    order of first appearance; with one value, or without the column, the figure is one row,
+    untitled (the caller may title it).
     """
     require_columns(statistics, ["tau", *CORRELATION_LABELS], "prompt/tau statistics")
+    panels = statistics[panel_column].unique() if panel_column in statistics.columns else [None]
     with sns.axes_style(STYLE):
-        figure = Figure(figsize=(10, 4.2), layout="constrained")
-        all_axes = figure.subplots(1, 2)
-    for axes, (metric, label) in zip(all_axes, CORRELATION_LABELS.items(), strict=True):
-        values = statistics.dropna(subset=[metric])
-        if values.empty:
-            axes.text(0.5, 0.5, "no prompt with enough variation", ha="center", transform=axes.transAxes)
-        else:
-            _draw_boxes_with_points(axes, values, metric)
-        axes.axhline(0.0, color="0.5", linewidth=0.8)
-        axes.set_xlabel(TAU_LABEL)
-        axes.set_ylabel(label)
+        figure = Figure(figsize=(10, 4.2 * len(panels)), layout="constrained")
+        rows = figure.subplots(len(panels), 2, squeeze=False)
+    for row, panel in zip(rows, panels, strict=True):
+        rows_of_panel = statistics if panel is None else statistics[statistics[panel_column] == panel]
+        for axes, (metric, label) in zip(row, CORRELATION_LABELS.items(), strict=True):
+            values = rows_of_panel.dropna(subset=[metric])
+            if values.empty:
+                axes.text(0.5, 0.5, "no prompt with enough variation", ha="center", transform=axes.transAxes)
+            else:
+                _draw_boxes_with_points(axes, values, metric)
+            axes.axhline(0.0, color="0.5", linewidth=0.8)
+            axes.set_xlabel(TAU_LABEL)
+            axes.set_ylabel(label)
+            if len(panels) > 1:
+                axes.set_title(str(panel))
     return figure
 
 

@@ -1,8 +1,8 @@
 """The headline page, ``results/summary.md``: ``analysis.headline``'s tables as Markdown (per
 pair a statement of each method's best setting, the table of every setting of every method, the
-tokens saved, adaptive SR against fixed α, and the notes a reader needs), and the same page as
-reStructuredText for the report's front page (``markdown_to_rst``). Formatting only: every
-number comes from the inputs.
+tokens saved, adaptive SR against fixed α, and the notes a reader needs; the report's front page
+renders it as reStructuredText, ``analysis.report_page``). Formatting only: every number comes
+from the inputs.
 """
 
 import math
@@ -388,23 +388,3 @@ def _with_ci(row: pd.Series, column: str, formatter, unit: str = "") -> str:
     at_most = "≤ " if censored and row.get("compute_speedup_lo_is_bound", False) else ""
     at_least = "≥ " if censored and row.get("compute_speedup_hi_is_bound", False) else ""
     return f"{formatter(value)}{unit} [{at_most}{formatter(low)}, {at_least}{formatter(high)}]"
-
-
-def markdown_to_rst(markdown: str) -> str:
-    """The headline page as reStructuredText, for the front page of ``snakemake --report``
-    (whose description is RST): headings get underlines, a pipe table becomes a literal block
-    (RST has no pipe tables); paragraphs, bullets and **bold** read the same in both."""
-    lines, out, in_table = markdown.splitlines(), [], False
-    for line in lines:
-        is_table = line.startswith("|")
-        if is_table and not in_table:
-            out += ["::", ""]
-        in_table = is_table
-        if is_table:
-            out.append("    " + line)
-        elif line.startswith("#"):
-            title = line.lstrip("#").strip()
-            out += [title, ("=" if line.startswith("# ") else "-") * len(title)]
-        else:
-            out.append(line)
-    return "\n".join(out) + "\n"

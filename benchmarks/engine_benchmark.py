@@ -1,10 +1,19 @@
 """Engine benchmark: tokens/s of specrej's engine vs Hugging Face `generate()`, measured in one run.
 
-    python benchmarks/engine_benchmark.py [--model default] [--dtype auto] [--batch-sizes 1,16,64,256] [--repeats 3]
+    python benchmarks/engine_benchmark.py [--model default] [--dtype auto] [--batch-sizes 1,16,64,256]
+        [--forward own,fallback] [--samplings T=1,...] [--repeats 3] [--prompt-tokens N]
 
-For each batch size and sampling setting both engines sample exactly --new-tokens tokens per row
-from the same prompt (stop tokens disabled, HF with min_new_tokens), after a warm-up; each time
-is the best of --repeats runs (the least disturbed by anything else on the machine). --dtype auto
+--model is anything `specrej generate --model` takes (a name such as `default` or `gemma3-270m`,
+an id, a directory, a .gguf), or `shape:qwen3-0.6b`: a Qwen3 causal LM with Qwen3-0.6B's published
+shape and random weights (decode speed does not depend on the weights' values), with the default
+model's tokenizer for the prompt. --forward picks the engine's forward passes to time against HF:
+`own` (the engine's fast path for the model's architecture, `engine.FAST_PATHS`) and `fallback`
+(`hf_forward.HFForward`, the path every other causal LM takes).
+
+For each batch size and sampling setting every engine samples exactly --new-tokens tokens per row
+from the same prompt (stop tokens disabled, HF with min_new_tokens), after a warm-up. The
+engines are timed in turn within each of --repeats rounds and each time is the best of its
+rounds, so a busy moment on the machine slows all of them alike rather than one. --dtype auto
 is what the CLI picks (`specrej.models.resolve_dtype`). Also:
 - the machine's matmul peak (GFLOP/s) in the same dtype *at the GEMM shapes decode runs at that
   batch size* (every distinct linear layer of the model, rows x in @ in x out, best of several
@@ -18,6 +27,7 @@ Nothing here is a test: it prints what it measured, and the command that reprodu
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import sys
@@ -26,10 +36,48 @@ import time
 import torch
 
 from specrej.api import load_engine
+from specrej.engine import Engine
+from specrej.hf_forward import HFForward
+from specrej.models import load_tokenizer, resolve_device, resolve_dtype
 from specrej.sampling import SamplingParams
 
 PROMPT = "Write a short story about a robot who learns to paint."
 SAMPLINGS = {"T=1": SamplingParams(), "T=0.7,top_p=0.9,top_k=50": SamplingParams(temperature=0.7, top_p=0.9, top_k=50)}
+# published shapes of models whose speed is measured on random weights (config.json of each)
+SHAPES = {"qwen3-0.6b": dict(model_type="qwen3", num_hidden_layers=28, hidden_size=1024, num_attention_heads=16,
+                             num_key_value_heads=8, head_dim=128, intermediate_size=3072, vocab_size=151936,
+                             max_position_embeddings=40960, tie_word_embeddings=True, rope_theta=1000000.0,
+                             rms_norm_eps=1e-6)}
+
+
+def build_engine(model: str, dtype: str) -> Engine:
+    """The engine for --model on the CPU; `shape:NAME` builds SHAPES[NAME] with random weights."""
+    if not model.startswith("shape:"):
+        return load_engine(model, dtype=dtype, device="cpu")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    shape = dict(SHAPES[model.removeprefix("shape:")])
+    config = AutoConfig.for_model(shape.pop("model_type"), **shape)
+    torch.manual_seed(0)
+    torch_dtype = resolve_dtype(dtype, resolve_device("cpu"))
+    hf_model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype).eval()
+    return Engine(hf_model, load_tokenizer("default"))
+
+
+def forward_engines(engine: Engine, names: list[str]) -> dict[str, Engine]:
+    """The engine once per forward pass in `names` ("own": its own; "fallback": HFForward), sharing one model."""
+    engines = {}
+    for name in names:
+        if name == "own":
+            engines[f"specrej ({engine.forward_kind})"] = engine
+        elif name == "fallback":
+            fallback = copy.copy(engine)
+            fallback.forward = HFForward(engine.model)
+            fallback.forward_kind = fallback.forward.kind
+            engines["specrej (fallback)"] = fallback
+        else:
+            raise SystemExit(f"--forward: unknown forward pass {name!r} (own, fallback)")
+    return engines
 
 
 def decode_gemm_shapes(engine) -> list[tuple[int, int]]:
@@ -114,54 +162,79 @@ def prune_vs_reprefill(engine, prompt_ids, rows: int, new_tokens: int) -> tuple[
     return prune_s, time.perf_counter() - tic
 
 
+def prompt_ids_of(engine: Engine, tokens: int | None) -> list[int]:
+    """The benchmark prompt's ids; with `tokens`, its text repeated until the prompt has at least that many."""
+    if tokens is None:
+        return engine.encode_prompt(PROMPT)
+    text = PROMPT
+    while len(ids := engine.encode_prompt(text)) < tokens:
+        text += " " + PROMPT
+    return ids
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="default")
+    parser.add_argument("--model", default="default", help="a model as --model takes it, or shape:qwen3-0.6b")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                         help="auto: what the CLI picks on this machine")
     parser.add_argument("--batch-sizes", default="1,16,64,256")
+    parser.add_argument("--forward", default="own", help="comma-separated: own, fallback")
+    parser.add_argument("--samplings", default=",".join(SAMPLINGS), help=f"comma-separated, of: {', '.join(SAMPLINGS)}")
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3, help="each time is the best of this many runs")
+    parser.add_argument("--prompt-tokens", type=int, help="a prompt of at least this many tokens (default: the short prompt)")
+    parser.add_argument("--repeats", type=int, default=3, help="each time is the best of this many rounds")
+    parser.add_argument("--no-prune", action="store_true", help="skip the prune vs re-prefill measurement")
     parser.add_argument("--json", help="also write the measurements here")
     args = parser.parse_args()
 
-    engine = load_engine(args.model, dtype=args.dtype, device="cpu")
+    engine = build_engine(args.model, args.dtype)
     engine.stop_token_ids = torch.tensor([-1])  # every row generates exactly --new-tokens tokens
+    engines = forward_engines(engine, args.forward.split(","))
+    samplings = {name: SAMPLINGS[name] for name in args.samplings.split(",")}
     model, dtype = engine.model, engine.dtype
-    prompt_ids = engine.encode_prompt(PROMPT)
+    prompt_ids = prompt_ids_of(engine, args.prompt_tokens)
     params = sum(p.numel() for p in model.parameters())  # tied embedding counted once: it is the lm_head GEMM
     print(f"# {' '.join(sys.argv)}")
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}; "
-          f"model {args.model} ({params / 1e6:.1f}M params, {dtype}); prompt {len(prompt_ids)} tokens; "
-          f"{args.new_tokens} new tokens per row")
-    print(f"# each time: best of {args.repeats}; matmul peak: the fastest decode GEMM at that batch size ({dtype})")
-    print(f"{'batch':>5} {'peak GFLOP/s':>12} {'sampling':<26} {'specrej tok/s':>13} {'HF tok/s':>9} {'ratio':>6} "
-          f"{'specrej %peak':>13} {'HF %peak':>8}")
+          f"model {args.model} ({model.config.model_type}, {params / 1e6:.1f}M params, {dtype}); "
+          f"prompt {len(prompt_ids)} tokens; {args.new_tokens} new tokens per row")
+    print(f"# each time: best of {args.repeats} rounds, engines timed in turn within a round; "
+          f"matmul peak: the fastest decode GEMM at that batch size ({dtype})")
+    print(f"{'batch':>5} {'peak GFLOP/s':>12} {'sampling':<26} {'engine':<20} {'tok/s':>7} {'HF tok/s':>9} "
+          f"{'ratio':>6} {'%peak':>6} {'HF %peak':>8}")
     rows_out = []
     flops = 2 * params / 1e9
     for rows in (int(x) for x in args.batch_sizes.split(",")):
         peak = matmul_peak_gflops(decode_gemm_shapes(engine), rows, dtype)
-        for name, sampling in SAMPLINGS.items():
-            time_engine(engine, prompt_ids, rows, 4, sampling)  # warm-up at this shape
-            ours = rows * args.new_tokens / best_of(args.repeats, time_engine, engine, prompt_ids, rows,
-                                                    args.new_tokens, sampling)
+        for name, sampling in samplings.items():
+            timings = {label: [] for label in [*engines, "HF"]}
+            for label, eng in engines.items():  # warm-up at this shape
+                time_engine(eng, prompt_ids, rows, 4, sampling)
             time_hf(model, prompt_ids, rows, 4, sampling)
-            hf = rows * args.new_tokens / best_of(args.repeats, time_hf, model, prompt_ids, rows, args.new_tokens,
-                                                  sampling)
-            rows_out.append({"batch": rows, "sampling": name, "peak_gflops": peak, "specrej_tok_s": ours,
-                             "hf_tok_s": hf, "ratio": ours / hf, "specrej_frac_peak": ours * flops / peak,
-                             "hf_frac_peak": hf * flops / peak})
-            print(f"{rows:>5} {peak:>12.0f} {name:<26} {ours:>13.0f} {hf:>9.0f} {ours / hf:>5.2f}x "
-                  f"{100 * ours * flops / peak:>12.0f}% {100 * hf * flops / peak:>7.0f}%", flush=True)
-    prune_rows = max(int(x) for x in args.batch_sizes.split(","))
-    prune_s, reprefill_s = prune_vs_reprefill(engine, prompt_ids, prune_rows, args.new_tokens)
-    print(f"prune {prune_rows}->{prune_rows // 2} rows after {args.new_tokens} tokens: {prune_s * 1e3:.1f} ms; "
-          f"re-prefill of the survivors: {reprefill_s * 1e3:.0f} ms; prune = {100 * prune_s / reprefill_s:.2f}% "
-          f"of a re-prefill")
+            for _ in range(args.repeats):
+                for label, eng in engines.items():
+                    timings[label].append(time_engine(eng, prompt_ids, rows, args.new_tokens, sampling))
+                timings["HF"].append(time_hf(model, prompt_ids, rows, args.new_tokens, sampling))
+            hf = rows * args.new_tokens / min(timings["HF"])
+            for label in engines:
+                ours = rows * args.new_tokens / min(timings[label])
+                rows_out.append({"batch": rows, "sampling": name, "engine": label, "peak_gflops": peak,
+                                 "tok_s": ours, "hf_tok_s": hf, "ratio": ours / hf,
+                                 "frac_peak": ours * flops / peak, "hf_frac_peak": hf * flops / peak})
+                print(f"{rows:>5} {peak:>12.0f} {name:<26} {label:<20} {ours:>7.0f} {hf:>9.0f} {ours / hf:>5.2f}x "
+                      f"{100 * ours * flops / peak:>5.0f}% {100 * hf * flops / peak:>7.0f}%", flush=True)
+    prune = {}
+    if not args.no_prune:
+        prune_rows = max(int(x) for x in args.batch_sizes.split(","))
+        prune_s, reprefill_s = prune_vs_reprefill(engine, prompt_ids, prune_rows, args.new_tokens)
+        prune = {"prune_s": prune_s, "reprefill_s": reprefill_s}
+        print(f"prune {prune_rows}->{prune_rows // 2} rows after {args.new_tokens} tokens: {prune_s * 1e3:.1f} ms; "
+              f"re-prefill of the survivors: {reprefill_s * 1e3:.0f} ms; prune = {100 * prune_s / reprefill_s:.2f}% "
+              f"of a re-prefill")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"command": sys.argv, "dtype": str(dtype), "repeats": args.repeats, "decode": rows_out,
-                       "prune_s": prune_s, "reprefill_s": reprefill_s}, handle, indent=1)
+            json.dump({"command": sys.argv, "model": args.model, "dtype": str(dtype), "repeats": args.repeats,
+                       "prompt_tokens": len(prompt_ids), "decode": rows_out, **prune}, handle, indent=1)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,22 @@ from .sampling import SamplingParams, check_int, shown
 
 
 def load_engine(model: str = "default", *, dtype: str = "auto", device: str = "auto",
-                trust_remote_code: bool = False) -> Engine:
-    return Engine(*load_generator(model, dtype, device, trust_remote_code))
+                trust_remote_code: bool = False, prompt_format: str = "auto") -> Engine:
+    """The generator `model` loaded, its prompts rendered as `prompt_format` says (auto, chat or
+    plain: `Engine.PROMPT_FORMATS`); "chat" for a tokenizer without a chat template is refused."""
+    check_prompt_format(prompt_format)
+    engine = Engine(*load_generator(model, dtype, device, trust_remote_code))
+    engine.prompt_format = prompt_format
+    if prompt_format == "chat" and not engine.tokenizer.chat_template:
+        raise SpecrejError(f"--prompt-format chat: the tokenizer of {model} has no chat template (use plain, or "
+                           "auto, which is plain for it)")
+    return engine
+
+
+def check_prompt_format(prompt_format: str) -> None:
+    if prompt_format not in Engine.PROMPT_FORMATS:
+        raise SpecrejError(f"--prompt-format must be one of {', '.join(Engine.PROMPT_FORMATS)}, got "
+                           f"{shown(prompt_format)}")
 
 
 def prompt_seed(seed: int, prompt_id) -> int:
@@ -151,14 +165,18 @@ def validate(method: str | Method, n: int | None = None, alpha: float | None = N
 
 
 def output_settings(method: Method, params: dict, *, model: str, reward: str, seed: int, sampling: SamplingParams,
-                    memory_budget: int | None, engine: Engine | None = None) -> dict:
+                    memory_budget: int | None, engine: Engine | None = None, prompt_format: str | None = None) -> dict:
     """Every setting that changes a run file's records: a rerun whose settings differ is refused
     (`io.RecordWriter`). A file parameter counts by its content; the engine's dtype and device
-    as loaded (None: not known yet, e.g. before loading)."""
+    as loaded (None: not known yet, e.g. before loading); the prompt format as asked for
+    (`prompt_format`, else the engine's), left out when it is "auto", so files written before the
+    setting existed (all auto) still resume."""
     file_params = {p.name for p in method.params if p.type == "path"}
+    prompt_format = prompt_format if prompt_format is not None else getattr(engine, "prompt_format", "auto")
     return {"method": method.name,
             **{f"param.{k}": (file_digest(v) if k in file_params and v else v) for k, v in params.items()},
             "model": model, "reward": reward, "seed": seed, **vars(sampling), "memory_budget": memory_budget,
+            **({"prompt_format": prompt_format} if prompt_format != "auto" else {}),
             "dtype": None if engine is None else str(engine.dtype).removeprefix("torch."),
             "device": None if engine is None else engine.device.type}
 
@@ -195,7 +213,8 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
     `out` is opened or a prompt read.
 
     Each record's params hold the method's setting: {"method", "params", "label"} (the
-    configuration key of `analysis`), the setting's keys flat as well (e.g. n, alpha), and
+    configuration key of `analysis`), the setting's keys flat as well (e.g. n, alpha),
+    `prompt_format` (how the prompts were rendered: chat or plain, `Engine.used_prompt_format`) and
     `settings_digest`, a digest of `output_settings`.
     """
     method, checked = validate(method, sampling=sampling, seed=seed, memory_budget=memory_budget,
@@ -207,6 +226,7 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
                                memory_budget=memory_budget, engine=engine)
     family = method.record_method or method.name
     common = {"model": model_name, "reward": reward_name, "seed": seed,
+              "prompt_format": engine.used_prompt_format(),  # as the prompts were rendered: chat or plain
               **{key: recorded[key] for key in method.setting_keys}, **vars(sampling),
               "setting": {"method": method.name, "params": recorded, "label": method.label(recorded)},
               "output_settings": settings, "settings_digest": settings_digest(settings)[:16]}

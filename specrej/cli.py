@@ -97,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "once into $SPECREJ_CACHE")
     gen.add_argument("--reward", default="logprob",
                      help="'logprob', 'python:module:function', or a reward model id/directory")
+    gen.add_argument("--prompt-format", choices=["auto", "chat", "plain"], default="auto",
+                     help="how each prompt is given to the generator: 'chat' renders it with the tokenizer's chat "
+                          "template (one user turn, then the assistant's turn to answer); 'plain' is the prompt "
+                          "text with the tokenizer's own special tokens (BOS), as the paper prompts its base "
+                          "models; 'auto' is chat when the tokenizer has a chat template, else plain. Recorded in "
+                          "each record's params.prompt_format (chat or plain)")
     from .methods import built_in
 
     gen.add_argument("--method", required=True, metavar="METHOD",
@@ -289,7 +295,7 @@ def generate(args: argparse.Namespace) -> int:
     from .io import check_resume
 
     settings = output_settings(method, params, model=args.model, reward=args.reward, seed=args.seed, sampling=sampling,
-                               memory_budget=args.memory_budget)
+                               memory_budget=args.memory_budget, prompt_format=args.prompt_format)
     check_resume(args.out, settings, unknown=("dtype", "device"))  # known once the model is loaded
     prompts = read_prompts(args.prompts)
     if not prompts:
@@ -320,7 +326,7 @@ def _generate(args: argparse.Namespace, prompts: list, sampling, method, params:
 
     with output_lock(args.out):  # a second run on OUT is refused before it loads any model
         engine = load_engine(args.model, dtype=args.dtype, device=args.device,
-                             trust_remote_code=args.trust_remote_code)
+                             trust_remote_code=args.trust_remote_code, prompt_format=args.prompt_format)
         reward = load_reward(args.reward, dtype=args.dtype, device=args.device,
                              trust_remote_code=args.trust_remote_code, batch_size=args.reward_batch_size)
         writer = run_prompts(prompts, args.out, engine=engine, reward=reward, method=method,

@@ -71,9 +71,25 @@ class Engine:
         self.decode_chunk_bytes = 2**30 if cuda else 2**26  # activations of one decode chunk (decode_row_bytes)
 
     # -- text ----------------------------------------------------------------------------
+    # How prompts are rendered (--prompt-format): "chat" = the tokenizer's chat template, one user
+    # turn and the generation prompt; "plain" = the prompt text with the tokenizer's own special
+    # tokens (BOS), as the paper prompts its base models; "auto" = chat when the tokenizer has a
+    # template, else plain. Set per engine by `api.load_engine`.
+    PROMPT_FORMATS = ("auto", "chat", "plain")
+    prompt_format = "auto"
+
+    def used_prompt_format(self) -> str:
+        """"chat" or "plain": how `encode_prompt` renders this engine's prompts."""
+        if self.prompt_format == "auto":
+            return "chat" if self.tokenizer.chat_template else "plain"
+        return self.prompt_format
+
     def encode_prompt(self, prompt: str) -> list[int]:
-        """Token ids of the prompt rendered with the tokenizer's chat template (plain text if none)."""
-        if self.tokenizer.chat_template:
+        """Token ids of the prompt as `used_prompt_format` renders it."""
+        if self.used_prompt_format() == "chat":
+            if not self.tokenizer.chat_template:
+                raise SpecrejError("--prompt-format chat: this model's tokenizer has no chat template "
+                                   "(use plain or auto)")
             text = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
             )

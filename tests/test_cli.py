@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from specrej.cli import main
+from specrej.errors import SpecrejError
 from specrej.io import output_lock, read_records
 
 
@@ -85,6 +86,59 @@ def test_bad_settings_exit_2_with_one_clear_message(generator_dir, prompts_file,
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_prompt_format_chat_wraps_the_plain_tokens_in_the_template(generator_dir):
+    """The tiny tokenizer's specials are <unk> <s> </s> <|user|> <|assistant|> = ids 0-4 and it adds
+    no BOS of its own; its template renders a user turn as <|user|>TEXT</s><|assistant|>."""
+    from specrej import load_engine
+
+    prompt = "Write a poem about the sea."
+    plain, chat, auto = (load_engine(str(generator_dir), dtype="float32", prompt_format=f)
+                         for f in ("plain", "chat", "auto"))
+    words = plain.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    assert plain.encode_prompt(prompt) == words and 0 not in words and words
+    assert chat.encode_prompt(prompt) == [3, *words, 2, 4]
+    assert auto.encode_prompt(prompt) == chat.encode_prompt(prompt)  # the tokenizer has a template
+    assert [e.used_prompt_format() for e in (plain, chat, auto)] == ["plain", "chat", "chat"]
+
+
+def test_prompt_format_auto_is_plain_without_a_chat_template_and_chat_is_refused(engine, monkeypatch):
+    monkeypatch.setattr(engine.tokenizer, "chat_template", None)
+    assert engine.used_prompt_format() == "plain"  # auto, the engine fixture's
+    assert engine.encode_prompt("List three fruits.") == engine.tokenizer("List three fruits.")["input_ids"]
+    monkeypatch.setattr(engine, "prompt_format", "chat")
+    with pytest.raises(SpecrejError, match="no chat template"):
+        engine.encode_prompt("List three fruits.")
+
+
+def test_prompt_format_is_recorded_and_a_resume_with_another_is_refused(generator_dir, prompts_file, tmp_path,
+                                                                        capsys):
+    runs = {}
+    for prompt_format in ("plain", "chat", "auto"):
+        out = tmp_path / f"{prompt_format}.jsonl"
+        assert generate(generator_dir, prompts_file, out, "--method", "bon", "--n", "2",
+                        "--prompt-format", prompt_format) == 0
+        runs[prompt_format] = read_records(out)
+    assert {r["params"]["prompt_format"] for r in runs["plain"]} == {"plain"}
+    assert {r["params"]["prompt_format"] for r in runs["chat"]} == {"chat"}
+    assert {r["params"]["prompt_format"] for r in runs["auto"]} == {"chat"}  # the tiny tokenizer has a template
+    # "auto" is left out of the settings, so files written before --prompt-format existed still resume
+    assert "prompt_format" not in runs["auto"][0]["params"]["output_settings"]
+    assert runs["plain"][0]["params"]["output_settings"]["prompt_format"] == "plain"
+    # the three prefills differ by the template's 3 tokens: plain's FLOPs are the smallest
+    assert runs["plain"][0]["flops"]["prefill"] < runs["chat"][0]["flops"]["prefill"] == \
+        runs["auto"][0]["flops"]["prefill"]
+    capsys.readouterr()
+    assert generate(generator_dir, prompts_file, tmp_path / "plain.jsonl", "--method", "bon", "--n", "2",
+                    "--prompt-format", "chat") == 2
+    assert "(prompt_format: 'plain' there, 'chat' now)" in capsys.readouterr().err
+
+
+def test_prompt_format_must_be_one_of_the_three(generator_dir, prompts_file, tmp_path, capsys):
+    assert generate(generator_dir, prompts_file, tmp_path / "o.jsonl", "--method", "bon", "--n", "2",
+                    "--prompt-format", "template") == 2
+    assert "--prompt-format: invalid choice: 'template'" in capsys.readouterr().err
 
 
 def test_missing_model_path(prompts_file, tmp_path, capsys):

@@ -19,6 +19,7 @@ import csv
 import hashlib
 import itertools
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -49,6 +50,7 @@ def validate_config(config: dict, schema_path, basedir=".") -> None:
     except jsonschema.ValidationError as error:
         where = key_path(error.absolute_path) or "(top level)"
         raise ConfigError(f"invalid config: {where}: {schema_message(error)}") from None
+    config["results_dir"] = os.path.normpath(config["results_dir"])  # "results/grid/" names the same folder
     problems = [*cross_check(config, basedir), *check_methods(config)]
     if problems:
         raise ConfigError("invalid config: " + "; ".join(problems))
@@ -265,7 +267,9 @@ class Plan:
         self.table2_pairs = [p for p in self.pairs if self.pairs[p]["reward"] == config["tables"]["table2_reward"]]
         first = self.correlation_pairs[0] if self.correlation_pairs else None
         self.figure2_pair = config["figures"]["figure2"]["pair"] or first
-        self.figure4_pair = config["figures"]["figure4"]["pair"] or first
+        # Figure 4: the pair named, else every studied pair (one row of panels each)
+        chosen = config["figures"]["figure4"]["pair"]
+        self.figure4_pairs = [chosen] if chosen else list(self.correlation_pairs)
 
 
 def pair_labels(config: dict, pair: dict) -> dict[str, str]:
@@ -437,7 +441,10 @@ def generate_args(config: dict, pair: dict, method: str, *, n=None, alpha=None, 
 def common_args(config: dict, pair: dict, method: str, seed_offset: int = 0) -> list:
     """The options every generation job of `pair` shares: models, method, sampling, device, dtype."""
     g, r, s = config["generators"][pair["generator"]], config["rewards"][pair["reward"]], config["sampling"]
-    return ["--model", g["model"], "--reward", r["model"], "--method", method,
+    # --prompt-format only when it is not the CLI's default (auto): the jobs of configs that leave
+    # it out keep their options, so their finished runs are not redone
+    prompt_format = ["--prompt-format", g["prompt_format"]] if g["prompt_format"] != "auto" else []
+    return ["--model", g["model"], "--reward", r["model"], "--method", method, *prompt_format,
             "--max-new-tokens", s["max_new_tokens"], "--temperature", s["temperature"], "--top-p", s["top_p"],
             "--top-k", s["top_k"], "--seed", s["seed"] + seed_offset, "--device", config["device"],
             "--dtype", g["dtype"] or config["dtype"], "--reward-batch-size", r["batch_size"], "--no-progress",
@@ -602,3 +609,166 @@ def resume_command(argv: list[str], environ) -> str:
     """The command that resumes this run: SPECREJ_RESUME (the Makefile sets `make study`), else
     Snakemake's own command line."""
     return environ.get("SPECREJ_RESUME") or shlex.join(["snakemake", *argv[1:]])
+
+
+# --------------------------------------------------------------------------------------
+# before a run: what `onstart` prints (the study's jobs and about how long they take)
+# --------------------------------------------------------------------------------------
+
+# Seconds measured on 2026-12-01: `make study` on a fresh clone of 78080d0 (config/config.yaml:
+# SmolLM2-135M-Instruct in bfloat16, 24 prompts, 64 new tokens) on the 2-core CI machine, two jobs
+# at a time, 27 min 11 s for its 45 jobs; each job's seconds from results/benchmarks/*.tsv, its
+# generation seconds from its records' timing.total_s.
+GENERATION_START_S = 5.9  # a generation job's seconds beyond its records': loading the model (5.0-6.9 s)
+BON_CANDIDATE_STEP_S = 5.81e-3  # Best-of-N per prompt x candidate x new token: 142.8 s per shard of 16
+METHOD_STEP_S = {  # the other methods per prompt x new token, at the default's settings (mean)
+    "sr": 0.139,  # b_init 128: 191.7-229.3 s at alpha 0.9-0.5
+    "sr-random": 0.138,  # 189.2-237.3 s
+    "st-bon": 0.081,  # 106.0 s at N=32, 142.7 s at N=128
+}
+SCORE_PREFIXES_S = 4.2  # one chunk's prefixes under the log-prob reward
+FETCH_MODEL_S = 31.0  # the default model's fetch and conversion, first use
+JUDGE_COMPARISON_S = 0.52  # Table 1's local judge (local:default): 142.3 s for 11 methods x 24 prompts
+ANALYSIS_JOB_S = 0.94  # the mean of the other 25 jobs (merges, statistics, tables, figures)
+SNAKEMAKE_JOB_S = 3.3  # per job, Snakemake's own time and the report: (1631 s - 2962 s / 2) / 45
+MEASURED_CORES = 2
+
+
+def study_jobs(config: dict, jobs: Plan) -> list[dict]:
+    """Every job of the whole study from an empty results folder, as the rules wire them (rule
+    `all` included): {"rule"}, and for a generation job "prompts" and "method" (Best-of-N:
+    "bon" and its "candidates")."""
+    out = [{"rule": rule} for rule in ("prepare_prompts", "all", "runs_table", "method_summary", "decisions",
+                                       "win_rates", "table1", "table2", "figure2", "figure3", "figure4",
+                                       "correlation_summary", "headline")]
+    out += [{"rule": "fetch_model"} for _ in study_models(config)]
+    out += [{"rule": "prompt_chunk"} for _ in jobs.all_chunks]
+    # the correlation study's pairs, and any pair Figure 2 or 4 shows beside them
+    studied = [p for p in dict.fromkeys([*jobs.correlation_pairs, jobs.figure2_pair, *jobs.figure4_pairs]) if p]
+    adaptive, fitted = jobs.adaptive_deltas, bool(jobs.adaptive_deltas and jobs.calibration_chunks)
+    out += _bon_jobs(config, jobs, studied, fitted)
+    for pair in jobs.pairs:
+        out += [{"rule": "merge_bon"} for _ in config["bon"]["n"]]
+        for method, _ in method_settings(config):
+            out += [{"rule": "merge_method"}] + [{"rule": "method_run", "method": method, "prompts": len(chunk)}
+                                                 for chunk in jobs.chunks.values()]
+        for _ in adaptive:
+            out += [{"rule": "merge_sr_adaptive"}] + [{"rule": "sr_adaptive", "method": "sr", "prompts": len(chunk)}
+                                                      for chunk in jobs.chunks.values()]
+        out += [{"rule": "score_prefixes"} for _ in (jobs.chunks if pair in studied else {})]
+        if fitted:  # the held-out prompts' prefix scores, and the fit from them
+            out += [{"rule": "score_prefixes"} for _ in jobs.calibration_chunks] + [{"rule": "calibration_fit"}]
+    out += [{"rule": "correlation_statistics"} for _ in studied]
+    out += [{"rule": "adaptive_survival"} for _ in (jobs.correlation_pairs if fitted else [])]
+    return out
+
+
+def _bon_jobs(config: dict, jobs: Plan, studied: list[str], fitted: bool) -> list[dict]:
+    """The Best-of-N generation jobs: per pair and chunk each shard or direct run that a Bo-N,
+    the correlation study (its first correlation.n) or adaptive SR's held-out fit reads."""
+    out = []
+    for pair in jobs.pairs:
+        needs = [(jobs.chunks, n) for n in config["bon"]["n"]]
+        needs += [(jobs.chunks, config["correlation"]["n"])] if pair in studied else []
+        needs += [(jobs.calibration_chunks, config["correlation"]["n"])] if fitted else []
+        runs = {(name, len(chunk), *run) for chunks, n in needs for name, chunk in chunks.items()
+                for run in _bon_runs(config, n)}  # a shard read by several Bo-N is one job
+        out += [{"rule": rule, "method": "bon", "prompts": prompts, "candidates": candidates}
+                for _, prompts, rule, _, candidates in sorted(runs)]
+    return out
+
+
+def _bon_runs(config: dict, n: int) -> list[tuple[str, int, int]]:
+    """(rule, shard k or N, candidates) of each Best-of-N run of a chunk that makes Bo-n."""
+    kind, count = bon_sources(config, n)
+    if kind == "shards":
+        return [("bon_shard", k, config["bon"]["shard_size"]) for k in range(count)]
+    return [("bon_direct", n, n)]
+
+
+def job_seconds(config: dict, job: dict, comparisons: int) -> float:
+    """About how long one job of `study_jobs` takes on the measured 2-core CPU, two jobs at a
+    time (the constants above); `comparisons`: how many response pairs Table 1's judge reads."""
+    steps = job.get("prompts", 0) * config["sampling"]["max_new_tokens"]
+    if job["rule"] in ("bon_shard", "bon_direct"):
+        return GENERATION_START_S + steps * job["candidates"] * BON_CANDIDATE_STEP_S
+    if job["rule"] in ("method_run", "sr_adaptive"):  # a method from outside the project: at SR's rate
+        return GENERATION_START_S + steps * METHOD_STEP_S.get(job["method"], METHOD_STEP_S["sr"])
+    if job["rule"] == "win_rates" and local_judge(config):
+        return GENERATION_START_S + comparisons * JUDGE_COMPARISON_S
+    return {"score_prefixes": SCORE_PREFIXES_S, "fetch_model": FETCH_MODEL_S, "all": 0.0}.get(
+        job["rule"], ANALYSIS_JOB_S)
+
+
+def study_seconds(config: dict, jobs: Plan) -> float:
+    """About how long the whole study takes on the measured 2-core CPU: its jobs' seconds two
+    at a time, plus Snakemake's own time per job."""
+    planned = study_jobs(config, jobs)
+    runs = len(config["bon"]["n"]) + len(method_settings(config)) + len(jobs.adaptive_deltas)
+    prompts = sum(map(len, jobs.chunks.values()))
+    comparisons = len(jobs.table1_pairs) * prompts * (runs - 1)  # Table 1: every run against Bo-N_min
+    return (sum(job_seconds(config, job, comparisons) for job in planned) / MEASURED_CORES
+            + SNAKEMAKE_JOB_S * len(planned))
+
+
+GENERATION_RULES = ("bon_shard", "bon_direct", "method_run", "sr_adaptive")
+
+
+def study_overview(config: dict, jobs: Plan, jobs_left: int | None = None) -> str:
+    """What the study runs and about how long it takes, in three lines (four when `jobs_left`,
+    Snakemake's count of the jobs this run has left, is below the study's)."""
+    planned = study_jobs(config, jobs)
+    generating = sum(job["rule"] in GENERATION_RULES for job in planned)
+    pairs = [pair_labels(config, pair)["pair"] for pair in jobs.pairs.values()]
+    shown = ", ".join(pairs) if len(pairs) <= 4 else f"{', '.join(pairs[:3])} and {len(pairs) - 3} more"
+    prompts = sum(map(len, jobs.chunks.values()))
+    held_out = f" (+ {len(calibration_select(config))} held out for adaptive SR's fit)" if jobs.calibration_chunks \
+        else ""
+    larger = {generator["model"] for generator in config["generators"].values()} != {"default"}
+    lines = [(f"specrej: the study: {len(planned)} jobs ({generating} of them generating), "
+              f"{_count(len(pairs), 'pair')} ({shown}), {prompts} prompts{held_out}, up to "
+              f"{config['sampling']['max_new_tokens']} new tokens per response"),
+             f"specrej:   {'; '.join(_method_summaries(config, jobs))}",
+             (f"specrej:   about {_duration(study_seconds(config, jobs))} from an empty {config['results_dir']}/ on "
+              f"a 2-core CPU (SmolLM2-135M's per-job times, measured 2026-12-01"
+              f"{'; larger models take longer' if larger else ''}); a GPU is faster")]
+    if jobs_left is not None and jobs_left < len(planned):
+        lines.append(f"specrej:   this run has {jobs_left} of them left (finished jobs are kept), so it takes less")
+    return "\n".join(lines)
+
+
+def _method_summaries(config: dict, jobs: Plan) -> list[str]:
+    """Best-of-N's ladder, then each method's settings by their labels."""
+    from specrej.methods import get_method
+
+    shard = config["bon"]["shard_size"]
+    ladder = f"Best-of-N {', '.join(map(str, sorted(config['bon']['n'])))}" + (f" (shards of {shard})" if shard else "")
+    by_method = {}
+    for (name, _), run in method_settings(config).items():
+        method = get_method(run["spec"])
+        by_method.setdefault(name, []).append(method.label(method.resolve(run["params"])))
+    adaptive = [f"SR δ={fmt_alpha(delta)}" for delta in jobs.adaptive_deltas]
+    return [ladder] + [_compact(labels) for labels in [*by_method.values(), adaptive] if labels]
+
+
+def _compact(labels: list[str]) -> str:
+    """Settings' labels that differ only after their "=" once: ["SR α=0.5", "SR α=0.7"] -> "SR α=0.5, 0.7"."""
+    head = labels[0].rpartition("=")[0] + "="
+    tails = [label.removeprefix(head) for label in labels]
+    if head == "=" or not all(label.startswith(head) for label in labels) or any("=" in t for t in tails):
+        return ", ".join(labels)
+    return head + ", ".join(tails)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def _duration(seconds: float) -> str:
+    minutes = seconds / 60
+    if minutes < 1:
+        return "under a minute"
+    if minutes < 90:
+        return f"{minutes:.0f} min"
+    hours = minutes / 60
+    return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.0f} days"

@@ -170,3 +170,48 @@ def test_figure4(prefixes, tmp_path):
     assert left.get_xlabel() == right.get_xlabel() == "τ (generated tokens)"
     assert [tick.get_text() for tick in left.get_xticklabels()] == ["8", "32"]
     assert_saved(figure, tmp_path, "fig4")
+
+
+def test_figure3_wraps_more_than_three_panels_onto_rows_of_three(summary):
+    four = pd.concat([summary.assign(pair=summary["pair"] + suffix) for suffix in ("", " 2")], ignore_index=True)
+    figure = figure3_compute_vs_improvement(four)
+    assert [axes.get_title() for axes in figure.axes] == ["Gen-A / RM", "Gen-B / RM", "Gen-A / RM 2", "Gen-B / RM 2"]
+    places = [(axes.get_subplotspec().rowspan.start, axes.get_subplotspec().colspan.start) for axes in figure.axes]
+    assert places == [(0, 0), (0, 1), (0, 2), (1, 0)]  # the fourth starts a row; the row's rest is empty
+    assert tuple(figure.get_size_inches()) == pytest.approx((3 * 4.8, 2 * 4.2))
+
+
+def correlation_statistics(pair: str, pearson: list[float], kendall: list[float]) -> pd.DataFrame:
+    """prompt_tau_statistics-shaped rows of one pair: prompts p0, p1, ... at tau 8 and 32 alike."""
+    return pd.DataFrame([{"pair": pair, "prompt_id": f"p{i}", "tau": tau, "pearson": r, "kendall": k}
+                         for tau in (8, 32) for i, (r, k) in enumerate(zip(pearson, kendall, strict=True))])
+
+
+def points_of(axes) -> list[float]:
+    """The y of every prompt drawn on a Figure 4 panel (the strip plot's points)."""
+    return sorted(y for collection in axes.collections for y in collection.get_offsets()[:, 1])
+
+
+def test_figure4_has_a_row_per_pair_each_with_its_own_prompts(tmp_path):
+    statistics = pd.concat([correlation_statistics("SmolLM2 / logprob", [0.1, 0.3, 0.5], [0.0, 0.2, 0.4]),
+                            correlation_statistics("Gemma / logprob", [0.9, 0.7], [0.6, 0.8])], ignore_index=True)
+    figure = figure4_correlation_distributions(statistics)
+    assert len(figure.axes) == 4
+    assert [axes.get_title() for axes in figure.axes] == ["SmolLM2 / logprob"] * 2 + ["Gemma / logprob"] * 2
+    assert [axes.get_ylabel() for axes in figure.axes] == ["Pearson $r$", r"Kendall $\tau_a$"] * 2
+    # each panel holds its pair's prompts at both taus, and only those
+    assert points_of(figure.axes[0]) == pytest.approx(sorted([0.1, 0.3, 0.5] * 2))
+    assert points_of(figure.axes[1]) == pytest.approx(sorted([0.0, 0.2, 0.4] * 2))
+    assert points_of(figure.axes[2]) == pytest.approx([0.7, 0.7, 0.9, 0.9])
+    assert points_of(figure.axes[3]) == pytest.approx([0.6, 0.6, 0.8, 0.8])
+    assert tuple(figure.get_size_inches()) == pytest.approx((10, 2 * 4.2))
+    assert_saved(figure, tmp_path, "fig4_two_pairs")
+
+
+def test_figure4_with_one_pair_is_the_one_row_figure_without_titles():
+    one = correlation_statistics("SmolLM2 / logprob", [0.1, 0.3, 0.5], [0.0, 0.2, 0.4])
+    for statistics in (one, one.drop(columns="pair")):
+        figure = figure4_correlation_distributions(statistics)
+        assert len(figure.axes) == 2 and [axes.get_title() for axes in figure.axes] == ["", ""]
+        assert tuple(figure.get_size_inches()) == pytest.approx((10, 4.2))
+        assert points_of(figure.axes[0]) == pytest.approx(sorted([0.1, 0.3, 0.5] * 2))

@@ -13,7 +13,7 @@ from analysis.headline import (
     token_savings,
 )
 from analysis.io import best_responses_frame
-from analysis.summary_page import markdown_to_rst, render_headline_markdown
+from analysis.summary_page import render_headline_markdown
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -252,17 +252,6 @@ def test_a_limit_censored_at_the_curve_end_reads_as_a_bound():
     assert "2.0× [1.7, 2.7]" in plain and "≥" not in plain.split("## Notes")[0].split("|")[0]
 
 
-def test_the_report_front_page_is_the_headline_in_rst():
-
-    rst = markdown_to_rst("# Title\n\n## Pair\n\n**SR** wins.\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\n- note\n")
-    assert rst.splitlines()[:5] == ["Title", "=====", "", "Pair", "----"]
-    assert "::\n\n    | a | b |\n    | --- | --- |\n    | 1 | 2 |\n\n- note" in rst
-    from docutils.core import publish_parts  # the renderer of Snakemake's report: no warnings, a table kept
-
-    html = publish_parts(rst, writer="html", settings_overrides={"report_level": 2, "halt_level": 2})
-    assert "<pre" in html["html_body"] and "<strong>SR</strong>" in html["html_body"]
-
-
 def test_adaptive_rows_are_never_the_best_alpha_and_get_their_own_section():
     # SR δ=0.05 is inside the ladder with a higher speedup (BoN-equivalent 3.8 at compute 1.2: 3.2x) than
     # α=0.5 (2.0x), yet the best α is the paper's method's: α=0.5.
@@ -362,3 +351,28 @@ def test_token_savings_of_a_method_without_an_initial_batch_or_rounds():
     assert "**Tokens (first-k).** first-k's first decision token was not recorded" in page
     assert "first-k saved, of the tokens Best-of-3 would generate" in page and "First 2 of 3 70%" in page
     assert "**Tokens (SR).** SR's first rejection comes at token 10" in page
+
+
+def test_two_pairs_get_one_section_each_with_their_own_numbers():
+    """The grid's page: pair B (another generator) has one α, 120 at 1.0× compute with a
+    BoN-equivalent of 3.0× (speedup 3.0 / 1.0 = 3.0); pair A is the two-α pair above."""
+    other = "gen2 / rm"
+    summary = pd.concat([summary_frame(), summary_frame().assign(pair=other, pair_key="gen2--rm", generator="gen2")],
+                        ignore_index=True)
+    points = pd.concat([two_alpha_frame(), pd.DataFrame([
+        sr_row(0.5, 120.0, 1.0, "interpolated", compute=3.0, low=2.5, high=3.5, speedup_low=2.5,
+               speedup_high=3.5)]).assign(pair=other, pair_key="gen2--rm", generator="gen2")], ignore_index=True)
+    sr_tokens = {(0.5, "p1"): 800.0, (0.5, "p2"): 1200.0, (0.9, "p1"): 400.0, (0.9, "p2"): 400.0}
+    runs = pd.concat([runs_frame(sr_tokens), runs_frame({(0.5, "p1"): 1600.0, (0.5, "p2"): 800.0}).assign(pair=other)],
+                     ignore_index=True)
+    correlation = pd.concat([correlation_frame(), correlation_frame().assign(pair=other)], ignore_index=True)
+    headline = headline_table(summary, points)
+    page = render_headline_markdown(headline, token_savings(runs, correlation, n_resamples=200))
+    assert page.count("\n## ") == 3  # the two pairs, then the notes
+    first, second = page.split(f"## {PAIR}\n")[1].split(f"## {other}\n")
+    assert "**SR α=0.5** scores 130 [125, 135]" in first and "SR α=0.9" in first
+    assert "**SR α=0.5** scores 120 [115, 125] (eq. 8; Bo32 = 100) at 1.0× [0.90, 1.1]" in second  # 0.9: 2 digits
+    assert "3.0× [2.5, 3.5] less compute at equal score" in second and "SR α=0.9" not in second
+    # B's tokens: Bo64 to completion is 64 × 50 = 3200 (p1) and 64 × 25 = 1600 (p2); SR generated
+    # 1600 and 800: half of each saved
+    assert "SR α=0.5 50% [" in second.split("**Tokens (SR).**")[1]

@@ -61,6 +61,15 @@ def test_validation_fills_the_schemas_defaults(config):
     assert config["correlation"]["n"] == 32 and config["evaluation"]["judge"] is None
     assert config["resources"]["analysis"] == {"gpu": 0, "threads": 1, "mem_mb": 4000, "runtime": 60}
     assert (config["device"], config["dtype"], config["memory_budget"]) == ("auto", "auto", None)
+    assert config["results_dir"] == "results" and config["generators"]["g"]["prompt_format"] == "auto"
+
+
+def test_results_dir_is_named_once_whatever_its_spelling(raw_config):
+    raw_config["results_dir"] = "./results/grid/"
+    plan.validate_config(raw_config, SCHEMA)
+    assert raw_config["results_dir"] == "results/grid"
+    assert plan.merged_runs(raw_config, raw_config["results_dir"], ["g--rm"], [])[0] == \
+        "results/grid/runs/g--rm/bon/n2.jsonl"
 
 
 @pytest.mark.parametrize("change, message", [
@@ -74,6 +83,10 @@ def test_validation_fills_the_schemas_defaults(config):
      "invalid config: sr: Additional properties are not allowed ('alfas' was unexpected) (allowed keys: "
      "adaptive, alphas, batch_size, decision_tokens, max_init_batch, memory_budget, min_tokens)"),
     (lambda c: c.pop("pairs"), "invalid config: (top level): 'pairs' is a required property"),
+    (lambda c: c.update(results_dir="my results"),
+     "invalid config: results_dir: 'my results' is not valid: expected a folder without whitespace"),
+    (lambda c: c["generators"]["g"].update(prompt_format="template"),
+     "invalid config: generators.g.prompt_format: 'template' is not one of 'auto', 'chat', 'plain'"),
 ])
 def test_schema_problems_are_one_line_naming_the_key(raw_config, change, message):
     change(raw_config)
@@ -132,7 +145,16 @@ def test_plan_of_the_config(config):
     assert p.adaptive_deltas == [0.2] and p.correlation_pairs == ["g--rm", "g--logprob"]
     assert p.table1_pairs == ["g--rm"]  # table1_reward null: the first pair's reward
     assert p.table2_pairs == ["g--logprob"]  # table2_reward's default, logprob
-    assert p.figure2_pair == p.figure4_pair == "g--rm"
+    assert p.figure2_pair == "g--rm"
+    assert p.figure4_pairs == ["g--rm", "g--logprob"]  # figure4.pair null: every studied pair, a row each
+
+
+def test_figure4_shows_the_pair_named_or_every_studied_pair(config):
+    config["figures"]["figure4"]["pair"] = "g--logprob"
+    assert plan.Plan(config).figure4_pairs == ["g--logprob"]
+    config["figures"]["figure4"]["pair"] = None
+    config["correlation"]["pairs"] = ["g--logprob"]
+    assert plan.Plan(config).figure4_pairs == ["g--logprob"]
     assert plan.prepared_select(config) == [0, 1, 2, 3]
 
 
@@ -225,6 +247,21 @@ def test_generate_args_bon_batch_is_capped_at_n_and_budgets_override(config):
     assert "--temperature 0.7 " in args and "--dtype bfloat16 " in args
 
 
+def test_generate_args_pass_a_prompt_format_other_than_auto(config):
+    auto = plan.generate_args(config, config["pairs"][1], "bon", n=2)
+    assert "--prompt-format" not in auto  # the CLI's default: the jobs' options are as before the key existed
+    config["generators"]["g"]["prompt_format"] = "plain"
+    assert plan.generate_args(config, config["pairs"][1], "bon", n=2) == (
+        "--model gen-model --reward logprob --method bon --prompt-format plain --max-new-tokens 256 "
+        "--temperature 1.0 --top-p 1.0 --top-k 0 --seed 0 --device auto --dtype auto --reward-batch-size 16 "
+        "--no-progress --exit-zero --n 2")
+    assert plan.method_args(config, config["pairs"][1], "sr-random", {"alpha": 0.5}).startswith(
+        "--model gen-model --reward logprob --method sr-random --prompt-format plain --max-new-tokens 256 ")
+    # score-prefixes reads the recorded tokens and log-probs, and a reward model renders the prompt
+    # with its own template: the generator's prompt format plays no part there
+    assert "--prompt-format" not in plan.prefix_args(config, config["pairs"][0])
+
+
 def test_generate_args_are_quoted_for_the_shell(config):
     config["generators"]["g"]["model"] = "/models/my model"
     args = plan.generate_args(config, config["pairs"][1], "bon", n=2)
@@ -239,12 +276,14 @@ def test_engine_options_parse_with_the_engines_own_parser(config):
     parser = build_parser()
     config["bon"].update(batch_size=16)
     config["sr"].update(decision_tokens=[8], memory_budget="64MiB")
+    config["generators"]["g"]["prompt_format"] = "chat"
     jobs = [plan.generate_args(config, pair, "bon", n=8, seed_offset=2) for pair in config["pairs"]] + [
         plan.generate_args(config, pair, "sr", alpha=0.25, decision_tokens=[8], delta=delta, fit=fit)
         for pair in config["pairs"] for delta, fit in ((None, None), (0.2, None), (0.2, "fit.parquet"))]
     for args in jobs:
         parsed = parser.parse_args(["generate", *shlex.split(args), "--prompts", "p.jsonl", "--out", "o.jsonl"])
         assert parsed.model == "gen-model" and parsed.exit_zero and parsed.no_progress
+        assert parsed.prompt_format == "chat"
     for pair in config["pairs"]:
         parsed = parser.parse_args(["score-prefixes", "--trajectories", "t.jsonl", "--out", "o.parquet",
                                     *plan.prefix_args(config, pair)])
@@ -428,3 +467,53 @@ def test_methods_entries_are_checked_against_their_declarations(raw_config, meth
     with pytest.raises(plan.ConfigError) as error:
         plan.validate_config(raw_config, SCHEMA)
     assert message in str(error.value)
+
+
+# ------------------------------------------------------------------------------------------
+# the configs: each --configfile merged over config/config.yaml as Snakemake merges it
+# ------------------------------------------------------------------------------------------
+
+
+def merged_config(name: str) -> dict:
+    """config/config.yaml with config/<name> merged over it (snakemake.utils.update_config, the
+    function Snakemake's `--configfile` uses), validated."""
+    import yaml
+
+    update_config = pytest.importorskip("snakemake.utils").update_config
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    update_config(config, yaml.safe_load((ROOT / "config" / name).read_text()))
+    plan.validate_config(config, SCHEMA, ROOT)
+    return config
+
+
+def test_each_config_writes_its_own_results_dir():
+    assert merged_config("config.yaml")["results_dir"] == "results"
+    assert merged_config("adaptive.yaml")["results_dir"] == "results"  # it adds to the default study's
+    assert merged_config("paper.yaml")["results_dir"] == "results/paper"
+    assert merged_config("grid.yaml")["results_dir"] == "results/grid"
+
+
+def test_grid_config_replaces_the_defaults_pairs_and_methods():
+    config = merged_config("grid.yaml")
+    jobs = plan.Plan(config, ROOT)
+    assert list(jobs.pairs) == ["smollm2--logprob", "gemma3-270m--logprob"]
+    assert jobs.correlation_pairs == jobs.figure4_pairs == jobs.table2_pairs == list(jobs.pairs)
+    assert len(jobs.chunks) == 1 and len(next(iter(jobs.chunks.values()))) == 24  # the default study's prompts
+    # Best-of-N and SR at the default's alphas only (the default's sr-random and ST-BoN are replaced)
+    assert list(plan.method_settings(config)) == [("sr", "alpha0.5"), ("sr", "alpha0.7"), ("sr", "alpha0.9")]
+    assert config["evaluation"]["judge"] is None and plan.judge_model_spec(config) is None
+    assert list(plan.study_models(config).values()) == ["default", "gemma3-270m"]
+    gemma = plan.generate_args(config, jobs.pairs["gemma3-270m--logprob"], "bon", n=16)
+    assert gemma.startswith("--model gemma3-270m --reward logprob --method bon --prompt-format plain "
+                            "--max-new-tokens 64 ")
+    assert "--dtype bfloat16 " in gemma and gemma.endswith("--n 16 --memory-budget 27MiB")
+    smollm2 = plan.generate_args(config, jobs.pairs["smollm2--logprob"], "sr", alpha=0.5)
+    assert smollm2.startswith("--model default --reward logprob --method sr --prompt-format chat ")
+    assert plan.merged_runs(config, config["results_dir"], ["gemma3-270m--logprob"], [])[0] == \
+        "results/grid/runs/gemma3-270m--logprob/bon/n16.jsonl"
+
+
+def test_paper_config_prompts_base_models_plainly_and_the_instruct_model_with_its_template():
+    config = merged_config("paper.yaml")
+    assert {name: g["prompt_format"] for name, g in config["generators"].items() if name != "smollm2"} == {
+        "llama3-8b": "plain", "mistral-7b": "plain", "llama3-8b-instruct": "chat"}

@@ -60,6 +60,11 @@ def job_counts(output: str) -> dict[str, int]:
                               "calibration_fit": 1, "adaptive_survival": 1, "merge_sr_adaptive": 2}),
     # 12 pairs x 10 chunks of 10 prompts: 32 shards of Bo120, 9 alphas; the 9 reward-model pairs
     # get the correlation study, every N is a multiple of 120 (no direct runs)
+    # config/grid.yaml: 2 pairs x the default's 8 shards of Bo16 and 3 alphas, no other method; both
+    # pairs in the correlation study (Figure 4's two rows); two models fetched and no judge's
+    ("config/grid.yaml", {"fetch_model": 2, "bon_shard": 2 * 8, "method_run": 2 * 3, "merge_bon": 2 * 4,
+                          "merge_method": 2 * 3, "score_prefixes": 2, "correlation_statistics": 2,
+                          "correlation_summary": 1, "figure3": 1, "figure4": 1, "table1": 1, "table2": 1}),
     ("config/paper.yaml", {"bon_shard": 12 * 10 * 32, "bon_direct": None, "method_run": 12 * 10 * 9,
                            "merge_bon": 12 * 6, "merge_method": 12 * 9, "generate_correlation": None, "score_prefixes": 9 * 10,
                            "sr_adaptive": None, "calibration_fit": None,
@@ -73,6 +78,19 @@ def test_dry_run_plans_every_output(tmp_path, configfile, expected):
     assert result.returncode == 0, result.stderr + result.stdout
     counts = job_counts(result.stdout + result.stderr)
     assert {rule: counts.get(rule) for rule in expected} == expected
+
+
+def test_grid_config_writes_only_under_its_own_results_dir(tmp_path):
+    """Every output, log and benchmark of config/grid.yaml's plan lies under results/grid/, so a
+    run of it never touches the default study's results/."""
+    result = snakemake("-n", "--cores", "2", "--configfile", ROOT / "config/grid.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr + result.stdout
+    paths = [path.strip() for line in result.stdout.splitlines()
+             if line.strip().startswith(("output:", "log:", "benchmark:"))
+             for path in line.split(":", 1)[1].split(",")]
+    assert len(paths) > 100 and all(path.startswith("results/grid/") for path in paths), \
+        [path for path in paths if not path.startswith("results/grid/")][:5]
+    assert "results/grid/figures/figure4.png" in paths and "results/grid/summary.md" in paths
 
 
 def test_paper_config_is_the_papers_setting(tmp_path):

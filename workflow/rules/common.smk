@@ -12,8 +12,6 @@ from snakemake.exceptions import WorkflowError
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 import plan  # noqa: E402 (workflow/plan.py)
 
-RESULTS = "results"
-
 
 def validate_config(config, schema):
     """Validate `config` (filling the schema's defaults) and cross-check its references: any
@@ -26,18 +24,19 @@ def validate_config(config, schema):
 
 def setup_plan(config):
     """The jobs' dimensions and the analysis jobs' resources, as globals for the rule files
-    (after the config is validated)."""
-    global PAIRS, CHUNKS, CALIBRATION_CHUNKS, ALL_CHUNKS, ADAPTIVE_DELTAS, PROMPT_FILE, MODELS
-    global CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS, FIGURE2_PAIR, FIGURE4_PAIR, ANALYSIS_RESOURCES
+    (after the config is validated); RESULTS, the folder every output goes to (`results_dir`)."""
+    global RESULTS, PAIRS, CHUNKS, CALIBRATION_CHUNKS, ALL_CHUNKS, ADAPTIVE_DELTAS, PROMPT_FILE, MODELS
+    global CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS, FIGURE2_PAIR, FIGURE4_PAIRS, ANALYSIS_RESOURCES
     global METHOD_RUNS, METHOD_DIRS, METHOD_SETTINGS
     try:
         jobs = plan.Plan(config, workflow.basedir)
     except plan.ConfigError as error:
         raise WorkflowError(str(error)) from None
+    RESULTS = config["results_dir"]  # normalised by validate_config: "results" unless the config names another
     PAIRS, CHUNKS, ALL_CHUNKS = jobs.pairs, jobs.chunks, jobs.all_chunks
     CALIBRATION_CHUNKS, ADAPTIVE_DELTAS = jobs.calibration_chunks, jobs.adaptive_deltas
     CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS = jobs.correlation_pairs, jobs.table1_pairs, jobs.table2_pairs
-    FIGURE2_PAIR, FIGURE4_PAIR = jobs.figure2_pair, jobs.figure4_pair
+    FIGURE2_PAIR, FIGURE4_PAIRS = jobs.figure2_pair, jobs.figure4_pairs
     MODELS = plan.study_models(config)  # {name: spec}: one fetch job each
     METHOD_RUNS = plan.method_settings(config)  # {(method, setting): {spec, params}}: the method_run jobs
     METHOD_DIRS = "|".join(sorted({re.escape(m) for m, _ in METHOD_RUNS}))
@@ -100,7 +99,7 @@ def merged_runs(pairs=None):
 
 
 def run_pair(path):
-    """The pair of a run file results/runs/<pair>/..."""
+    """The pair of a run file <results_dir>/runs/<pair>/..."""
     return Path(path).relative_to(f"{RESULTS}/runs").parts[0]
 
 

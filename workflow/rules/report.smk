@@ -85,14 +85,15 @@ rule figure3:
 
 
 rule figure4:
+    """Every pair of figures.figure4.pair, else of the correlation study: one row of panels each."""
     input:
-        f"{RESULTS}/correlation/{FIGURE4_PAIR}/prompt_tau.csv",
+        [f"{RESULTS}/correlation/{pair}/prompt_tau.csv" for pair in FIGURE4_PAIRS],
     output:
         png=report(f"{RESULTS}/figures/figure4.png", caption="../report/figure4.rst", category="Figures",
                    labels={"figure": "Figure 4"}),
         pdf=f"{RESULTS}/figures/figure4.pdf",
     params:
-        pair=pair_labels(FIGURE4_PAIR)["pair"],
+        pairs=[pair_labels(pair)["pair"] for pair in FIGURE4_PAIRS],  # in the order of the inputs
     log:
         f"{RESULTS}/logs/figure4.log",
     benchmark:
@@ -107,13 +108,15 @@ rule headline:
     """results/summary.md: per pair the best SR α (largest speedup at equal score inside the
     Best-of-N range), the Best-of-N it equals, every α, the tokens SR saved beside the
     correlation study's oracle, and adaptive SR against fixed α (analysis.headline); its numbers
-    in results/metrics/headline.csv and results/metrics/adaptive.csv."""
+    in results/metrics/headline.csv and results/metrics/adaptive.csv. The report's first page,
+    results/report_front.rst: the description, Figure 3 (embedded) and the headline in RST."""
     input:
         summary=f"{RESULTS}/metrics/summary.csv",
         bon_equivalent=f"{RESULTS}/metrics/bon_equivalent.csv",
         runs=f"{RESULTS}/metrics/runs.csv",
         correlation=f"{RESULTS}/correlation/summary.csv",
         description=f"{workflow.basedir}/workflow/report/workflow.rst",
+        figure3=f"{RESULTS}/figures/figure3.png",
         survival=adaptive_outputs("survival.csv", CORRELATION_PAIRS),
         fits=adaptive_outputs("fits.csv", PAIRS),
     output:

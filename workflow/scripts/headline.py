@@ -2,17 +2,19 @@
 Best-of-N it equals and the compute it saves at equal score, every α, the tokens SR saved next
 to the correlation study's oracle bound, and notes; results/metrics/headline.csv: the same
 numbers, one row per pair and α (the headline table joined with the token savings);
-results/report_front.rst: the report's description (workflow/report/workflow.rst) followed by
-the headline, which the Snakefile uses as the report's first page once it exists.
+results/report_front.rst: the report's description (workflow/report/workflow.rst), Figure 3
+(figure3, embedded) and the headline in RST (analysis.report_page), which the Snakefile uses as
+the report's first page once it exists.
 
 results/metrics/adaptive.csv: each adaptive SR run against the fixed-α curve at equal compute
 (analysis.adaptive_study.against_fixed_alpha, on the resamples of results/metrics/summary.csv).
 
 Inputs: summary, bon_equivalent (results/metrics), runs (results/metrics/runs.csv),
-correlation (results/correlation/summary.csv), and with adaptive SR survival and fits
-(results/adaptive/<pair>/, possibly none). Params: pair_of (display label of each adaptive file), improvement_normalization,
-bootstrap_resamples, confidence_level, bootstrap_seed (config `tables`), correlation_resamples
-(config `correlation.n_resamples`, only quoted in the notes)."""
+correlation (results/correlation/summary.csv), figure3 (results/figures/figure3.png), and with
+adaptive SR survival and fits (results/adaptive/<pair>/, possibly none). Params: pair_of (display
+label of each adaptive file), improvement_normalization, bootstrap_resamples, confidence_level,
+bootstrap_seed (config `tables`), correlation_resamples (config `correlation.n_resamples`, only
+quoted in the notes)."""
 
 import sys
 
@@ -21,7 +23,8 @@ import pandas as pd
 from analysis.adaptive_study import against_fixed_alpha
 from analysis.headline import headline_table, token_savings
 from analysis.metrics import bootstrap_draws
-from analysis.summary_page import markdown_to_rst, render_headline_markdown
+from analysis.report_page import FIGURE3_ALT, FIGURE3_CAPTION, embedded_figure_rst, front_page_rst
+from analysis.summary_page import render_headline_markdown
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 params, inputs, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
@@ -60,8 +63,11 @@ markdown = render_headline_markdown(headline, savings, normalization=params.impr
                                     survival=survival, fits=fits)
 with open(out.markdown, "w", encoding="utf-8") as page:
     page.write(markdown)
-with open(inputs.description, encoding="utf-8") as description, open(out.front, "w", encoding="utf-8") as front:
-    front.write(description.read().rstrip() + "\n\n" + markdown_to_rst(markdown))  # the report's first page
+with open(inputs.description, encoding="utf-8") as description, open(inputs.figure3, "rb") as figure3:
+    front = front_page_rst(description.read(), markdown,
+                           embedded_figure_rst(figure3.read(), FIGURE3_ALT, FIGURE3_CAPTION))
+with open(out.front, "w", encoding="utf-8") as page:
+    page.write(front)
 table = headline
 if savings is not None and not savings.empty:
     tokens = savings.drop(columns=["confidence_level", "bootstrap_resamples"]).rename(

@@ -15,7 +15,7 @@ def failed_note(failed_csv: str, pairs: list[str]) -> str:
     prompts = ", ".join(f"{pid} ({'; '.join(sorted(set(group['error'])))})"
                         for pid, group in failed.groupby("prompt_id", sort=False))
     return (f"Excluded prompts (failed in at least one run, so left out of every method of that pair; "
-            f"see results/failed_prompts.csv): {prompts}.")
+            f"see {failed_csv}): {prompts}.")
 
 
 def zero_spread_note(summary: pd.DataFrame) -> str:
