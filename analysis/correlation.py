@@ -83,7 +83,9 @@ def group_statistics(group: pd.DataFrame, alphas: Sequence[float] = DEFAULT_ALPH
 
 def correlations(partial: np.ndarray, final: np.ndarray) -> dict[str, float]:
     """Pearson r, Kendall tau-a (``kendall``) and tau-b (``kendall_b``), OLS slope and R² of
-    ``final`` on ``partial``; NaN if degenerate."""
+    ``final`` on ``partial``, over the candidates whose two scores are finite (`finite_pairs`);
+    NaN if degenerate."""
+    partial, final = finite_pairs(partial, final)
     if not _is_informative(partial, final):
         return dict.fromkeys(["pearson", "kendall", "kendall_b", "ols_slope", "ols_r2"], math.nan)
     ols = _fit_ols(partial, final)
@@ -130,11 +132,12 @@ def ols_band(
     """Fitted OLS line of final on partial with a confidence band for the mean, on a grid.
 
     ``grid`` defaults to ``grid_size`` evenly spaced points over the range of ``partial``.
-    Output columns: partial_score, fit, ci_low, ci_high.  Empty when the data are
-    degenerate (n < 3 or a constant score), so callers can simply skip drawing it.
+    Output columns: partial_score, fit, ci_low, ci_high.  Fitted on the finite pairs
+    (`finite_pairs`); empty when they are degenerate (n < 3 or a constant score), so callers can
+    simply skip drawing it.
     """
     columns = ["partial_score", "fit", "ci_low", "ci_high"]
-    partial, final = np.asarray(partial, dtype=float), np.asarray(final, dtype=float)
+    partial, final = finite_pairs(partial, final)
     if not _is_informative(partial, final):
         return pd.DataFrame(columns=columns, dtype=float)
     if grid is None:
@@ -149,6 +152,16 @@ def ols_band(
             "ci_high": band["mean_ci_upper"].to_numpy(),
         }
     )
+
+
+def finite_pairs(partial: np.ndarray, final: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (partial, final) pairs whose two scores are finite. An empty response scores -inf under
+    the log-prob reward (a mean over no tokens): it ranks last for the oracle and for the cut, as
+    in the engine, but a correlation or a regression needs finite values, so it is left out of
+    them."""
+    partial, final = np.asarray(partial, dtype=float), np.asarray(final, dtype=float)
+    finite = np.isfinite(partial) & np.isfinite(final)
+    return partial[finite], final[finite]
 
 
 def oracle_cutoff(partial: np.ndarray, final: np.ndarray) -> float:

@@ -218,3 +218,23 @@ def test_summary_bootstraps_a_ci_around_the_mean_and_skips_nan():
     assert (survives["mean"], survives["ci_low"], survives["ci_high"]) == (1.0, 1.0, 1.0)
     again = summarize_by_tau(statistics, n_resamples=500, seed=0).set_index("metric")
     assert again.loc["pearson", "ci_low"] == pearson["ci_low"]  # seeded: reproducible
+
+
+def test_an_empty_response_ranks_last_and_stays_out_of_the_correlations():
+    # An empty response scores -inf under the log-prob reward (a mean over no tokens). With it, the
+    # other four are an exact line final = 2 * partial: Pearson, both Kendall taus and R² 1,
+    # slope 2, as they are without it; the oracle keeps it out (c* = 0.4, the best's partial),
+    # and an alpha = 0.5 cut keeps the top half of the five (0.3, 0.4 and nothing else).
+    inf = -math.inf
+    partial, final = [inf, 0.1, 0.2, 0.3, 0.4], [inf, 0.2, 0.4, 0.6, 0.8]
+    row = prompt_tau_statistics(prefix_table(partial, final, num_tokens=[0, 100, 100, 100, 100], tau=10),
+                                alphas=(0.5,)).iloc[0]
+    assert row["n"] == 5
+    assert row["pearson"] == pytest.approx(1.0) and row["kendall"] == pytest.approx(1.0)
+    assert row["kendall_b"] == pytest.approx(1.0)
+    assert row["ols_slope"] == pytest.approx(2.0) and row["ols_r2"] == pytest.approx(1.0)
+    assert row["oracle_cutoff"] == 0.4 and bool(row["best_survives_alpha_0.5"])
+    # stopped below c*: 0.1, 0.2, 0.3 and the empty one: 3 x (100 - 10) of 400 tokens
+    assert row["tokens_saved_frac"] == pytest.approx(270 / 400)
+    band = ols_band(np.array(partial), np.array(final), grid_size=3)
+    assert band["fit"].to_numpy() == pytest.approx([0.2, 0.5, 0.8])
