@@ -40,7 +40,7 @@ FAILING = HERE / "failing" / "Snakefile"
 # A fixed folder: a rerun after a killed run (no teardown) stops that run's daemons first.
 STATE = Path(os.environ.get("SPECREJ_SLURM_TEST_DIR", "/tmp/specrej-slurm-test"))
 PLUGIN = "snakemake-executor-plugin-slurm==2.8.0"
-WORKFLOW_TIMEOUT_S = 600  # the tiny workflow takes about 2 to 3 minutes through SLURM on 2 cores
+WORKFLOW_TIMEOUT_S = 900  # the tiny workflow takes about 2 to 4 minutes through SLURM on 2 cores; a busy machine twice that
 FAILING_TIMEOUT_S = 240
 # Status checks every few seconds instead of the plugin's 40: the jobs here take seconds, not
 # hours. The plugin keeps squeue while MinJobAge (3600 here) >= 3 x this.
