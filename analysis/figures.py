@@ -31,6 +31,9 @@ OTHER_COLORS = ("#a6d854", "#ffd92f", "#e5c494", "#b3b3b3", "#1b9e77", "#7570b3"
 OTHER_MARKERS = ("^", "D", "P", "X", "<", ">")
 PARTIAL_LABEL, FINAL_LABEL = "Partial reward (first τ tokens)", "Final reward"
 COMPUTE_LABEL, IMPROVEMENT_LABEL = "Relative compute", "Improvement score"
+FLOPS_LABEL = "Relative compute (FLOPs)"
+# Figure 3's x axis: eq. 7's measured wall-clock compute, or the same ratio in counted FLOPs
+FIGURE3_COMPUTE = {"wall": ("relative_compute", COMPUTE_LABEL), "flops": ("relative_flops", FLOPS_LABEL)}
 TAU_LABEL = "τ (generated tokens)"
 CORRELATION_LABELS = {"pearson": "Pearson $r$", "kendall": r"Kendall $\tau_a$"}
 # Zero-spread prompts named in a Figure 3 panel's footnote before "and k more".
@@ -86,8 +89,10 @@ def figure2_partial_vs_final(
 
 
 def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "pair",
-                                   columns: int = FIGURE3_COLUMNS) -> Figure:
+                                   columns: int = FIGURE3_COLUMNS, compute: str = "wall") -> Figure:
     """Figure 3: relative compute (log x) vs improvement score, one panel per ``panel_column``.
+    ``compute`` "wall" is eq. 7's measured wall-clock compute (relative_compute), "flops" the
+    same ratio in counted FLOPs (relative_flops, with relative_flops_lo/hi as its bars).
 
     Input: ``analysis.metrics.method_summary`` output, i.e. columns method, method_label,
     relative_compute, improvement (and n, Best-of-N's N), and ``panel_column`` (e.g. ``pair`` =
@@ -102,7 +107,11 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
     under its axes. The panels, in order of first appearance, fill rows of ``columns`` (a grid
     like the paper's); up to ``columns`` panels make one row.
     """
-    require_columns(summary, ["method", "method_label", "relative_compute", "improvement"], "method summary")
+    x_column, x_label = FIGURE3_COMPUTE[compute]
+    require_columns(summary, ["method", "method_label", x_column, "improvement"], "method summary")
+    if compute != "wall":  # the curves read relative_compute(_lo/_hi): give them the chosen ratio
+        summary = summary.assign(**{f"relative_compute{end}": summary[f"{x_column}{end}"]
+                                    for end in ("", "_lo", "_hi") if f"{x_column}{end}" in summary.columns})
     panels = summary[panel_column].unique() if panel_column in summary.columns else [None]
     styles = series_styles(summary["method"].unique())
     n_columns = min(len(panels), columns)
@@ -120,7 +129,7 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
             labels = [point_label(method, str(label), every) for label in series["method_label"]]
             _draw_labelled_curve(axes, series, method_name(method, every), color, labels, marker=marker)
         _use_plain_log_x(axes)
-        axes.set_xlabel(COMPUTE_LABEL)
+        axes.set_xlabel(x_label)
         axes.set_ylabel(IMPROVEMENT_LABEL)
         if panel is not None:
             axes.set_title(str(panel))

@@ -215,3 +215,18 @@ def test_figure4_with_one_pair_is_the_one_row_figure_without_titles():
         assert len(figure.axes) == 2 and [axes.get_title() for axes in figure.axes] == ["", ""]
         assert tuple(figure.get_size_inches()) == pytest.approx((10, 4.2))
         assert points_of(figure.axes[0]) == pytest.approx(sorted([0.1, 0.3, 0.5] * 2))
+
+
+def test_figure3_on_a_flops_axis_plots_the_flops_ratios():
+    import pandas as pd
+
+    from analysis.figures import FLOPS_LABEL, figure3_compute_vs_improvement
+
+    summary = pd.DataFrame({"method": ["bon", "bon", "sr"], "method_label": ["Bo16", "Bo32", "SR α=0.5"],
+                            "relative_compute": [1.0, 2.0, 1.5], "relative_flops": [1.0, 2.0, 2.6],
+                            "relative_flops_lo": [1.0, 2.0, 2.5], "relative_flops_hi": [1.0, 2.0, 2.7],
+                            "improvement": [100.0, 108.0, 116.0]})
+    axes = figure3_compute_vs_improvement(summary, compute="flops").axes[0]
+    assert axes.get_xlabel() == FLOPS_LABEL
+    xs = sorted(x for line in axes.get_lines() for x in line.get_xdata())
+    assert 2.6 in xs and 1.5 not in xs  # SR at its FLOPs ratio, not its wall-clock one

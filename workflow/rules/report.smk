@@ -74,6 +74,8 @@ rule figure3:
         png=report(f"{RESULTS}/figures/figure3.png", caption="../report/figure3.rst", category="Figures",
                    labels={"figure": "Figure 3"}),
         pdf=f"{RESULTS}/figures/figure3.pdf",
+    params:
+        compute=config["figures"]["figure3"]["compute"],
     log:
         f"{RESULTS}/logs/figure3.log",
     benchmark:
