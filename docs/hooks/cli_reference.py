@@ -7,7 +7,7 @@
   (``specrej.methods.built_in()``) from each parameter's ``Param.describe()``.
 - ``<!-- specrej:st-bon-departures -->`` (docs/methods.md) becomes the list of ST-BoN's
   departures from the official code, read from the docstring of ``specrej.methods.st_bon``.
-- ``workflow/report/figure3-default.png`` is served as ``img/figure3-default.png`` (the README
+- ``workflow/report/figure3-default.png`` (and the grid's ``figure3-grid.png``, ``figure4-grid.png``) is served as ``img/figure3-default.png`` (the README
   shows the same file, so there is one copy).
 
 The functions that make the text are plain (no MkDocs import), so tests/test_docs.py holds the
@@ -28,7 +28,8 @@ if str(ROOT) not in sys.path:  # `mkdocs build` from a checkout without `pip ins
 CLI_MARKER = "<!-- specrej:cli-reference -->"
 METHODS_MARKER = "<!-- specrej:method-parameters -->"
 ST_BON_MARKER = "<!-- specrej:st-bon-departures -->"
-FIGURES = {"img/figure3-default.png": ROOT / "workflow" / "report" / "figure3-default.png"}
+FIGURES = {f"img/{name}": ROOT / "workflow" / "report" / name
+           for name in ("figure3-default.png", "figure3-grid.png", "figure4-grid.png")}
 
 
 # -- text helpers ---------------------------------------------------------------------------------
