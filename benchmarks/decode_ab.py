@@ -26,6 +26,8 @@ import json, sys, time
 tree, model, dtype, batches, new_tokens, repeats, collect = sys.argv[1:8]
 sys.path.insert(0, tree)
 import torch
+
+from specrej import decoding
 import specrej
 assert specrej.__file__.startswith(tree), specrej.__file__
 from specrej.api import load_engine
@@ -39,7 +41,7 @@ collect = collect == "1"
 def timed(rows, n):
     params = SamplingParams(max_new_tokens=n)
     tic = time.perf_counter()
-    prompt = engine.prefill(prompt_ids, layer_states=True) if collect else engine.prefill(prompt_ids)
+    prompt = decoding.prefill(engine.forward, prompt_ids, layer_states=True) if collect else decoding.prefill(engine.forward, prompt_ids)
     rollout = engine.rollout(prompt, rows, n, params, torch.Generator().manual_seed(0))
     rollout.collect_layer_states = collect
     while rollout.num_rows:

@@ -9,8 +9,10 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Candidate": "algorithms", "Result": "algorithms", "Round": "algorithms",
-    "best_of_n": "algorithms", "speculative_rejection": "algorithms",
+    "Candidate": "methods.session", "Result": "methods.session", "Round": "methods.session",
+    "Session": "methods.session",
+    "Display": "methods", "Method": "methods", "Param": "methods", "Params": "methods",
+    "best_of_n": "api", "speculative_rejection": "api", "run_one": "api",
     "load_engine": "api", "run_prompts": "api",
     "parse_size": "budget",
     "score_prefixes": "prefixes",

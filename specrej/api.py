@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import numbers
 import os
+import traceback
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
 
-import torch
 from tqdm.auto import tqdm
 
-from .algorithms import BatchOutOfMemory, Result
 from .engine import Engine
-from .errors import SpecrejError
-from .methods import Method, file_digest, get_method, settings_digest
+from .errors import SpecrejError, shown
 from .io import PromptItem, RecordWriter, read_prompts
+from .methods import Method, Params, file_digest, get_method, settings_digest
+from .methods.session import Result, flop_shapes, run_method
 from .models import load_generator
 from .rewards import Response, Reward
-from .sampling import SamplingParams, check_int, shown
+from .sampling import SamplingParams, check_int
 
 
 def load_engine(model: str = "default", *, dtype: str = "auto", device: str = "auto",
@@ -46,67 +47,30 @@ def prompt_seed(seed: int, prompt_id) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{prompt_id}".encode()).digest()[:8], "little") >> 1
 
 
-def resolve_method(method: str | Method, rejection: str = "alpha") -> Method:
-    """The method a name, python:module:attribute or `Method` names; `rejection` "adaptive" with
-    "sr" is sr-adaptive (the CLI's --rejection)."""
-    if rejection not in ("alpha", "adaptive"):
-        raise SpecrejError(f"--rejection must be alpha or adaptive, got {shown(rejection)}")
-    if rejection == "adaptive":
-        if method != "sr":
-            raise SpecrejError(f"--rejection adaptive is for --method sr, got --method {shown(method)}")
-        method = "sr-adaptive"
-    return method if isinstance(method, Method) else get_method(method)
-
-
-def method_params(method: Method, given: dict) -> dict:
-    """`method`'s parameters from keywords: the given ones (None: not given) over its defaults,
-    each checked against its declaration; an iterator (decision tokens) is read once."""
-    given = {k: (list(v) if isinstance(v, Iterator) else v) for k, v in given.items() if v is not None}
-    return method.resolve(given)
-
-
 def run_one(engine: Engine, reward: Reward, prompt: str, *, method: str | Method, seed: int = 0,
             sampling: SamplingParams = SamplingParams(), memory_budget: int | None = None,
-            measure_memory: bool | None = None, rejection: str = "alpha", **params) -> Result:
-    """One prompt with one method and its `params` (Best-of-N: n, batch_size; SR: alpha,
-    batch_size, min_tokens, max_init_batch, decision_tokens; sr-adaptive: delta, alpha, fit;
-    see each method's declaration). `measure_memory`: see `algorithms.measured_memory` (None: on for
-    CUDA, off on CPU unless SPECREJ_MEASURE_MEMORY=1). See `run_loaded` for out-of-memory retries."""
-    method = resolve_method(method, rejection)
-    return run_loaded(engine, reward, prompt, method, method.kwargs(method_params(method, params)), seed=seed,
-                      sampling=sampling, memory_budget=memory_budget, measure_memory=measure_memory)
+            measure_memory: bool | None = None, **params) -> Result:
+    """One prompt with one method and its `params` (each method's declaration lists them: Best-of-N
+    n, batch_size; SR alpha, batch_size, min_tokens, max_init_batch, decision_tokens; ...).
+    `measure_memory`: see `session.measure_memory_default`; out-of-memory retries: `session.run_method`."""
+    method, checked = check_run(method, params, sampling=sampling, seed=seed, memory_budget=memory_budget)
+    return run_method(method, checked, engine, reward, prompt, sampling=sampling, seed=seed,
+                      memory_budget=memory_budget, measure_memory=measure_memory, shapes=flop_shapes(engine, reward))
 
 
-def run_loaded(engine: Engine, reward: Reward, prompt: str, method: Method, kwargs: dict, *, seed: int,
-               sampling: SamplingParams, memory_budget: int | None, measure_memory: bool | None) -> Result:
-    """`method.run` on one prompt with its loaded keyword arguments (`Method.kwargs`). Out of
-    memory (CUDA, or the host) in a batch of the method's `batch_param` (BoN: the same n in more
-    batches; SR: half the initial batch), the prompt is run again from the start with half that
-    batch, until a batch of one fails too; `Result.retries` counts the retries and the batch
-    that succeeded is in its params. Responses are never cut short to make room."""
-    kwargs, retries = dict(kwargs), 0
-    while True:
-        try:
-            result = method.run(engine, reward, prompt, sampling=sampling, seed=seed, memory_budget=memory_budget,
-                                measure_memory=measure_memory, **kwargs)
-            result.method, result.retries = method.record_method or method.name, retries
-            return result
-        except BatchOutOfMemory as error:
-            failure = error  # leaving the except block drops the failed attempt's frames (its tensors)
-        _free_memory(engine.device)
-        if method.batch_param is None or not failure.rows or failure.rows <= 1:
-            where = "before any row was sampled" if not failure.rows else f"with a batch of {failure.rows}"
-            raise SpecrejError(f"out of memory {where} ({failure.detail})")
-        kwargs[method.batch_param] = failure.rows // 2
-        retries += 1
-        warnings.warn(f"out of memory with a batch of {failure.rows} ({failure.detail}); retrying the prompt with "
-                      f"{kwargs[method.batch_param]}", stacklevel=2)
+def best_of_n(engine: Engine, reward: Reward, prompt: str, *, n: int, batch_size: int | None = None,
+              **settings) -> Result:
+    """Best-of-N on one prompt (`methods/bon.py`): `run_one` with method "bon"; `settings`: seed,
+    sampling, memory_budget, measure_memory."""
+    return run_one(engine, reward, prompt, method="bon", n=n, batch_size=batch_size, **settings)
 
 
-def _free_memory(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha: float,
+                          init_batch_size: int | None = None, **settings) -> Result:
+    """Speculative Rejection on one prompt (Algorithm 1, `methods/sr.py`): `run_one` with method
+    "sr"; `settings`: min_tokens, max_init_batch, decision_tokens, seed, sampling, memory_budget,
+    measure_memory."""
+    return run_one(engine, reward, prompt, method="sr", alpha=alpha, batch_size=init_batch_size, **settings)
 
 
 class _ReportedReward:
@@ -122,8 +86,7 @@ class _ReportedReward:
         except SpecrejError:
             raise
         except Exception as error:  # not BaseException: Ctrl-C still stops the run
-            detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-            raise SpecrejError(f"reward {self.name} failed: {detail}") from error
+            raise SpecrejError(f"reward {self.name} failed: {one_line(error)}") from error
 
     def __getattr__(self, attribute: str):
         return getattr(self.reward, attribute)  # e.g. tokens_processed of a reward model
@@ -133,18 +96,18 @@ class _ReportedReward:
 MAX_MEMORY_BUDGET = 2**60
 
 
-def validate(method: str | Method, n: int | None = None, alpha: float | None = None, *,
-             sampling: SamplingParams | None = None, seed: int = 0, memory_budget: int | None = None,
-             reward_batch_size: int | None = None, rejection: str = "alpha", **params) -> tuple[Method, dict]:
+def check_run(method: str | Method, params: Mapping = MappingProxyType({}), *, sampling: SamplingParams | None = None,
+              seed: int = 0, memory_budget: int | None = None,
+              reward_batch_size: int | None = None) -> tuple[Method, Params]:
     """Check every setting before any model loads and return the method with its checked
-    parameters: the one check of `specrej generate`'s options (the CLI runs it first) and of
-    `run_prompts`' (the same arguments; `reward_batch_size` is the CLI's --reward-batch-size,
-    None: not checked). Each message names the CLI option. The method's own parameters (`n`,
-    `alpha` and `params`) are checked against its declaration, so a parameter it does not take
-    is refused rather than ignored. Every number is range-checked (NaN and +-inf are refused
-    wherever a float is taken); any integer --seed is taken (hashed per prompt, `prompt_seed`)."""
-    method = resolve_method(method, rejection)
-    checked = method_params(method, {"n": n, "alpha": alpha, **params})
+    parameters (`Method.check`, which also reads a file parameter once): the one check of
+    `specrej generate`'s options and of `run_prompts`' arguments (`reward_batch_size` is the CLI's
+    --reward-batch-size, None: not checked). Each message names the CLI option. A parameter the
+    method does not take is refused rather than ignored; every number is range-checked (NaN and
+    +-inf are refused wherever a float is taken); any integer --seed is taken (hashed per prompt).
+    `params` already checked (a `Params`) are taken as they are."""
+    method = method if isinstance(method, Method) else get_method(method)
+    checked = method.check(params)
     if sampling is not None and not isinstance(sampling, SamplingParams):
         raise SpecrejError(f"sampling must be a SamplingParams, got {shown(sampling)}")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
@@ -181,45 +144,37 @@ def output_settings(method: Method, params: dict, *, model: str, reward: str, se
             "device": None if engine is None else engine.device.type}
 
 
-def count_flops(record: dict, engine: Engine, reward: Reward, prompt: str) -> dict | None:
-    """The record's FLOPs from the models' shapes (`flops.record_flops`): the prefill, every
-    generated token and every token a reward model scores (none for the log-prob reward; a
-    Python reward's own cost is not known and counts 0). None for a model shape it cannot read."""
-    from .flops import ModelShape, record_flops
-
-    try:
-        generator = ModelShape.from_config(engine.config)
-        reward_model = getattr(reward, "model", None)  # a sequence-classification reward model's own network
-        reward_shape = None if reward_model is None else ModelShape.from_config(reward_model.config)
-        return record_flops(record, generator, reward_shape, len(engine.encode_prompt(prompt)))
-    except (ValueError, TypeError, AttributeError, KeyError) as error:
-        warnings.warn(f"no FLOP count for this record ({error})", stacklevel=2)
-        return None
+# a method that raises (not SpecrejError) on this many prompts before any succeeded stops the run
+FAIL_FAST_PROMPTS = 3
 
 
 def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.PathLike, *, engine: Engine,
                 reward: Reward, method: str | Method, model_name: str, reward_name: str, seed: int = 0,
                 sampling: SamplingParams = SamplingParams(), memory_budget: int | None = None,
-                measure_memory: bool | None = None, progress: bool = True, rejection: str = "alpha",
-                **params) -> RecordWriter:
+                measure_memory: bool | None = None, progress: bool = True, retry_failed: bool = False,
+                checked: Params | None = None, **params) -> RecordWriter:
     """Run every prompt not yet in `out` with `method` and its `params` (see `run_one`),
     appending one record per prompt as it finishes.
 
-    A prompt that fails (empty, too long for the model, its reward raised, ...) gets an error
-    record and the others go on; the returned (closed) writer's `errors` maps the prompt ids
-    that failed, in this run or an earlier one, to their errors. `out` is locked while the run
-    writes it (`io.output_lock`), and a rerun with other settings (`output_settings`) is
-    refused with the setting that differs. Bad settings raise SpecrejError (`validate`) before
-    `out` is opened or a prompt read.
+    A prompt that fails gets an error record with the error in one line, and the others go on:
+    bad input for that prompt (empty, too long for the model), its reward raising, or the method
+    itself raising (third-party code, like a reward: its traceback is appended to `out`.log). A
+    method that raises on each of the first FAIL_FAST_PROMPTS prompts of a run, before any
+    succeeded, stops it with one SpecrejError. The returned (closed) writer's `errors` maps the
+    prompt ids that failed, in this run or an earlier one, to their errors; a rerun keeps them
+    unless `retry_failed`, which drops the error records and runs those prompts again. `out` is
+    locked while the run writes it (`io.output_lock`), and a rerun with other settings
+    (`output_settings`) is refused with the setting that differs. Bad settings raise
+    SpecrejError (`check_run`) before `out` is opened or a prompt read; `checked`: parameters that
+    `check_run` already gave, instead of `params`.
 
     Each record's params hold the method's setting: {"method", "params", "label"} (the
-    configuration key of `analysis`), the setting's keys flat as well (e.g. n, alpha),
-    `prompt_format` (how the prompts were rendered: chat or plain, `Engine.used_prompt_format`) and
-    `settings_digest`, a digest of `output_settings`.
+    configuration key of `analysis`), its `display` (the method's declaration: name, colour,
+    marker, reference), the setting's keys flat as well (e.g. n, alpha), `prompt_format` (how the
+    prompts were rendered: chat or plain) and `settings_digest`, a digest of `output_settings`.
     """
-    method, checked = validate(method, sampling=sampling, seed=seed, memory_budget=memory_budget,
-                               rejection=rejection, **params)  # before anything is read or written
-    kwargs = method.kwargs(checked)
+    method, checked = check_run(method, params if checked is None else checked, sampling=sampling, seed=seed,
+                                memory_budget=memory_budget)  # before anything is read or written
     items = read_prompts(prompts) if not isinstance(prompts, list) else prompts
     recorded = dict(checked)  # as a record holds them: Param.check gives lists, numbers, strings
     settings = output_settings(method, recorded, model=model_name, reward=reward_name, seed=seed, sampling=sampling,
@@ -229,26 +184,49 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
               "prompt_format": engine.used_prompt_format(),  # as the prompts were rendered: chat or plain
               **{key: recorded[key] for key in method.setting_keys}, **vars(sampling),
               "setting": {"method": method.name, "params": recorded, "label": method.label(recorded)},
+              "display": method.display_record(),
               "output_settings": settings, "settings_digest": settings_digest(settings)[:16]}
+    shapes = flop_shapes(engine, reward)
     reward = _ReportedReward(reward)
-    with RecordWriter(out, settings) as writer:
+    log = Path(f"{os.fspath(out)}.log")
+    with RecordWriter(out, settings, retry_failed=retry_failed) as writer:
         todo = [item for item in items if item.prompt_id not in writer.done]
         bar = tqdm(todo, desc=f"{method.name} {os.path.basename(os.fspath(out))}", unit="prompt",
                    disable=not progress, initial=len(items) - len(todo), total=len(items))
+        succeeded, crashed = 0, 0
         for item in bar:
             params = {**common, "prompt_seed": prompt_seed(seed, item.prompt_id)}
             try:
-                result = run_loaded(engine, reward, item.prompt, method, kwargs, seed=params["prompt_seed"],
-                                    sampling=sampling, memory_budget=memory_budget, measure_memory=measure_memory)
+                result = run_method(method, checked, engine, reward, item.prompt, sampling=sampling,
+                                    seed=params["prompt_seed"], memory_budget=memory_budget,
+                                    measure_memory=measure_memory, shapes=shapes)
             except SpecrejError as error:
                 warnings.warn(f"prompt {item.prompt_id}: {error}", stacklevel=2)
                 writer.write({"prompt_id": item.prompt_id, "prompt": item.prompt, "method": family,
                               "params": params, "error": str(error)})
                 continue
+            except Exception as error:  # the method's own bug (not BaseException: Ctrl-C still stops the run)
+                detail = f"{method.name} failed: {one_line(error)}"
+                with open(log, "a", encoding="utf-8") as handle:
+                    handle.write(f"prompt {item.prompt_id}: {detail}\n{traceback.format_exc()}\n")
+                warnings.warn(f"prompt {item.prompt_id}: {detail} (traceback in {log})", stacklevel=2)
+                writer.write({"prompt_id": item.prompt_id, "prompt": item.prompt, "method": family,
+                              "params": params, "error": detail})
+                crashed += 1
+                if not succeeded and crashed >= min(FAIL_FAST_PROMPTS, len(todo)):
+                    raise SpecrejError(f"{detail}, on each of the first {crashed} prompts; stopping (tracebacks in "
+                                       f"{log}; rerun with --retry-failed once it is fixed)") from None
+                continue
+            succeeded += 1
             record = result.to_record(item.prompt_id)
             record["params"] = {**record["params"], **params}
-            record["flops"] = count_flops(record, engine, reward, item.prompt)
             writer.write(record)
             if record["best"]:
                 bar.set_postfix(best=f"{record['best']['score']:.3g}", s=f"{record['timing']['total_s']:.1f}")
     return writer
+
+
+def one_line(error: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__

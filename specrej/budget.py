@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -70,6 +71,26 @@ def token_capacity(budget_bytes: int, kv_bytes: int, prompt_tokens: int, num_lay
     """
     usable = budget_bytes - prompt_tokens * kv_bytes
     return max(0, math.floor(usable / kv_bytes * num_layers / (num_layers + 1)))
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """The KV budget as generated-token slots (rows x tokens, `token_capacity`): the one place
+    that says how many rows and tokens fit."""
+
+    capacity: int
+
+    def fits(self, rows: int, length: int) -> bool:
+        """`rows` rows of `length` generated tokens each fit."""
+        return rows * length <= self.capacity
+
+    def rows_that_fit(self, length: int) -> int:
+        """The most rows that fit `length` tokens each."""
+        return self.capacity // length
+
+    def row_length(self, rows: int, max_new_tokens: int) -> int:
+        """Room per row for `rows` rows: as much as the budget gives each, at most max_new_tokens."""
+        return min(max_new_tokens, self.capacity // rows)
 
 
 class PeakMemory:

@@ -14,8 +14,7 @@ import threading
 from . import __version__
 from .budget import parse_size
 from .errors import SpecrejError
-from .sampling import shown
-from .selection import DEFAULT_MAX_INIT_BATCH
+from .errors import shown
 
 # Bad input fails with one line, `specrej: error: --option ...`, and exit status 2, before any
 # model or prompt file is read: the parser's types below read each value's syntax (the usage
@@ -67,6 +66,40 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"specrej: error: {message} (see {self.prog} --help)\n")
 
 
+class _Replaced(argparse.Action):
+    """A removed option: using it is a usage error that names what replaces it."""
+
+    def __init__(self, option_strings, dest, replacement: str, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", **kwargs)
+        self.replacement = replacement
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"argument {option_string}: was removed; use {self.replacement}")
+
+
+_ARG_TYPES = {"int": int, "float": float, "ints": _ints, "str": str, "path": str}
+
+
+def _method_flags(parser: argparse.ArgumentParser, methods) -> None:
+    """One option per parameter flag the built-in methods declare (`Param.flag`), its help the
+    declarations' own, prefixed by the methods that take it."""
+    flags: dict[str, list] = {}
+    for method in methods:
+        for param in method.params:
+            if param.flag:
+                flags.setdefault(param.flag, []).append((method, param))
+    for flag, uses in flags.items():
+        types = {param.type for _, param in uses}
+        if len(types) != 1 or len({param.name for _, param in uses}) != 1:
+            raise ValueError(f"{flag} is declared with different names or types: {uses}")
+        helps: dict[str, list[str]] = {}
+        for method, param in uses:
+            helps.setdefault(param.help, []).append(method.name)
+        text = "; ".join(f"{', '.join(names)}: {help_text}" for help_text, names in helps.items())
+        parser.add_argument(flag, dest=uses[0][1].name, type=_ARG_TYPES[types.pop()], help=text,
+                            metavar=uses[0][1].name.upper())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="specrej", description="Fast Best-of-N decoding via Speculative Rejection.")
     parser.add_argument("--version", action="version", version=f"specrej {__version__}")
@@ -112,31 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                      help="a parameter of the method, e.g. --param budget=4 (repeatable; the flags below set the "
                           "built-in methods' parameters of the same names)")
-    gen.add_argument("--n", type=int, help="bon: number of responses; st-bon: responses sampled together")
-    gen.add_argument("--alpha", type=float,
-                     help="sr, sr-random: fraction of responses halted at each decision token, in [0, 1); "
-                          "sr-adaptive: the cut of rounds without a fit (default 0.5)")
-    gen.add_argument("--batch-size", type=int,
-                     help="bon: responses per batch; sr: initial batch b_init (default: from the memory budget)")
     gen.add_argument("--memory-budget", type=_size,
                      help="KV-cache budget, e.g. 2GiB (default: CUDA free memory minus a margin; CPU: 1/4 of free RAM, at most 1GiB)")
-    gen.add_argument("--min-tokens", type=int, help="sr: tokens generated before the first rejection (default 8)")
-    gen.add_argument("--max-init-batch", type=int,
-                     help="sr: cap on the default b_init = min(this, KV capacity // --min-tokens); the official "
-                          f"code's {DEFAULT_MAX_INIT_BATCH} (the default)")
-    gen.add_argument("--rejection", choices=["alpha", "adaptive"], default="alpha",
-                     help="with --method sr: 'alpha' halts the lowest alpha fraction each round (the paper, eq. 4-5); "
-                          "'adaptive' is --method sr-adaptive: it halts a row when even an optimistic projection of "
-                          "its final reward falls below a pessimistic projection of the best row's (paper §6; "
-                          "specrej/adaptive.py), alpha being its fallback when no fit exists")
-    gen.add_argument("--delta", type=float,
-                     help="sr-adaptive: the chance, per round and under the fitted model, of halting the row that "
-                          "would end best (0 = Best-of-N; default 0.05)")
-    gen.add_argument("--fit", metavar="PREFIXES.parquet",
-                     help="sr-adaptive: a prefix table of this generator/reward pair (`specrej score-prefixes`) to "
-                          "fit final on partial reward per decision token; without it each prompt estimates online")
-    gen.add_argument("--decision-tokens", type=_ints,
-                     help="sr: extra decision tokens at fixed lengths, e.g. 16,32,64 (for studies)")
+    _method_flags(gen, built_in().values())
+    gen.add_argument("--rejection", action=_Replaced, help=argparse.SUPPRESS,
+                     replacement="--method sr-adaptive (for --rejection adaptive) or --method sr (for alpha)")
     gen.add_argument("--max-new-tokens", type=int, default=256)
     gen.add_argument("--temperature", type=float, default=1.0)
     gen.add_argument("--top-p", type=float, default=1.0)
@@ -147,8 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="appended to; locked (OUT.jsonl.lock) while a run writes it, so a second run on it is "
                           "refused")
     gen.add_argument("--exit-zero", action="store_true",
-                     help="exit 0 even when every prompt failed (e.g. a workflow job whose prompts may all fail: "
-                          "their error records are its result); by default that exits 1")
+                     help="exit 0 even when prompts failed (e.g. a workflow job whose prompts may fail: their error "
+                          "records are its result); by default a failed prompt makes the exit status 1")
+    gen.add_argument("--retry-failed", action="store_true",
+                     help="run again the prompts whose records in OUT are errors (by default a rerun keeps them and "
+                          "runs only the prompts OUT lacks)")
 
     prefixes = commands.add_parser(
         "score-prefixes", help="score the first tau tokens of every response of a run (prefix table, parquet)",
@@ -261,18 +277,16 @@ def summarize(args: argparse.Namespace) -> None:
             print(f"  response ({best['num_tokens']} tokens):\n    " + text.replace("\n", "\n    ") + "\n")
 
 
-# the flags that set a method's parameter of the same name
-METHOD_FLAGS = ("n", "alpha", "batch_size", "min_tokens", "max_init_batch", "delta", "fit", "decision_tokens")
-
-
 def method_arguments(args: argparse.Namespace):
-    """The method and its checked parameters from the flags and --param NAME=VALUE (each parsed
+    """The method and its checked parameters from its flags and --param NAME=VALUE (each parsed
     by the method's own declaration), before any file is read or model loaded."""
-    from .api import resolve_method, validate
+    from .api import check_run
+    from .methods import built_in, get_method
     from .sampling import SamplingParams
 
-    method = resolve_method(args.method, args.rejection)
-    given = {name: getattr(args, name) for name in METHOD_FLAGS if getattr(args, name) is not None}
+    method = get_method(args.method)
+    flagged = {param.name for m in built_in().values() for param in m.params if param.flag}
+    given = {name: getattr(args, name) for name in flagged if getattr(args, name, None) is not None}
     for text in args.param:
         name, equals, value = text.partition("=")
         if not equals or not name:
@@ -281,20 +295,19 @@ def method_arguments(args: argparse.Namespace):
             raise SpecrejError(f"{method.name}'s parameter {name!r} is given twice")
         given[name] = method.param(name).parse(value)
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
-    method, params = validate(method, sampling=sampling, seed=args.seed, memory_budget=args.memory_budget,
-                              reward_batch_size=args.reward_batch_size, **given)
+    method, params = check_run(method, given, sampling=sampling, seed=args.seed, memory_budget=args.memory_budget,
+                               reward_batch_size=args.reward_batch_size)
     return method, params, sampling
 
 
 def generate(args: argparse.Namespace) -> int:
     from .io import read_prompts
 
-    method, params, sampling = method_arguments(args)  # every option, before a file is read or a model loaded
-    method.kwargs(params)  # a file parameter (a fit) that cannot be read fails before loading too
+    method, params, sampling = method_arguments(args)  # every option and file parameter, before a model loads
     from .api import output_settings
     from .io import check_resume
 
-    settings = output_settings(method, params, model=args.model, reward=args.reward, seed=args.seed, sampling=sampling,
+    settings = output_settings(method, dict(params), model=args.model, reward=args.reward, seed=args.seed, sampling=sampling,
                                memory_budget=args.memory_budget, prompt_format=args.prompt_format)
     check_resume(args.out, settings, unknown=("dtype", "device"))  # known once the model is loaded
     prompts = read_prompts(args.prompts)
@@ -331,17 +344,16 @@ def _generate(args: argparse.Namespace, prompts: list, sampling, method, params:
                              trust_remote_code=args.trust_remote_code, batch_size=args.reward_batch_size)
         writer = run_prompts(prompts, args.out, engine=engine, reward=reward, method=method,
                              model_name=args.model, reward_name=args.reward, seed=args.seed, sampling=sampling,
-                             memory_budget=args.memory_budget, progress=not args.no_progress, **params)
+                             memory_budget=args.memory_budget, progress=not args.no_progress,
+                             retry_failed=args.retry_failed, checked=params)
     failed = [(item.prompt_id, writer.errors[item.prompt_id]) for item in prompts if item.prompt_id in writer.errors]
-    if failed and len(failed) == len(prompts):
-        prompt_id, error = failed[0]
-        print(f"specrej: {len(failed)} of {len(prompts)} prompts failed: prompt {prompt_id}: {error} "
-              f"(error records in {args.out})", file=sys.stderr)
-        return 0 if args.exit_zero else 1
-    if failed:
-        print(f"specrej: {len(failed)} of {len(prompts)} prompts failed (see error records in {args.out})",
-              file=sys.stderr)
-    return 0
+    if not failed:
+        return 0
+    prompt_id, error = failed[0]
+    ids = ", ".join(str(i) for i, _ in failed[:10]) + (", ..." if len(failed) > 10 else "")
+    print(f"specrej: {len(failed)} of {len(prompts)} prompts failed ({ids}); the first, prompt {prompt_id}: {error} "
+          f"(error records in {args.out}; rerun with --retry-failed to run them again)", file=sys.stderr)
+    return 0 if args.exit_zero else 1
 
 
 def score_prefixes(args: argparse.Namespace) -> None:

@@ -11,7 +11,7 @@ nothing else (`engine.Engine.rollout` hands them over).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,7 +19,8 @@ import torch
 
 from .cache import compaction_order, moved_rows
 from .errors import SpecrejError
-from .sampling import SamplingParams, sample_next, token_logprobs
+from .budget import TokenBudget
+from .sampling import SamplingParams, sample_next, token_logprobs, top_logprobs
 
 
 class PromptState(Protocol):
@@ -154,19 +155,22 @@ def decode_one_token(model: ForwardPass, cache: RowCache, tokens: torch.Tensor, 
 
 @torch.inference_mode()
 def sample(model: ForwardPass, hidden: torch.Tensor, params: SamplingParams, generator: torch.Generator,
-           chunk_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next token and its log-prob for each row, from hidden states [rows, hidden].
+           chunk_rows: int, top_k: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Next token and its log-prob for each row, from hidden states [rows, hidden], and with
+    `top_k` > 0 the k largest log-probs of each row's distribution ([rows, k]; else None).
 
     Logits are made `chunk_rows` rows at a time: SR's initial batch can run to thousands of
     rows, and [rows, vocab] fp32 logits plus the sampler's temporaries would not fit.
     """
-    tokens, logprobs = [], []
+    tokens, logprobs, tops = [], [], []
     for chunk in hidden.split(chunk_rows):
         logits = model.logits(chunk)
         chosen = sample_next(logits, params, generator)
         tokens.append(chosen)
         logprobs.append(token_logprobs(logits, chosen))
-    return torch.cat(tokens), torch.cat(logprobs)
+        if top_k:
+            tops.append(top_logprobs(logits, top_k))
+    return torch.cat(tokens), torch.cat(logprobs), torch.cat(tops) if top_k else None
 
 
 @dataclass
@@ -189,11 +193,13 @@ class Rollout:
     def __init__(self, model: ForwardPass, prompt: PrefilledPrompt, rows: int, max_len: int,
                  params: SamplingParams, generator: torch.Generator, first_candidate_id: int = 0, *,
                  stop_token_ids: torch.Tensor | None = None, sample_chunk_rows: int | None = None,
-                 decode_chunk_bytes: int | None = None):
+                 decode_chunk_bytes: int | None = None, top_k_logprobs: int = 0):
         """`model` samples `rows` rows from `prompt` (which it prefilled), each with room for
         `max_len` tokens in the cache; a row ends on one of `stop_token_ids` or at
         params.max_new_tokens. `sample_chunk_rows` rows' logits are made at a time, and a decode
-        step feeds the rows in chunks of `decode_chunk_rows(model, decode_chunk_bytes, ...)`."""
+        step feeds the rows in chunks of `decode_chunk_rows(model, decode_chunk_bytes, ...)`.
+        `top_k_logprobs` > 0: each step keeps the k largest log-probs of every row's distribution
+        (`top_logprobs`); 0 computes nothing of the kind."""
         if stop_token_ids is None or sample_chunk_rows is None or decode_chunk_bytes is None:
             raise TypeError("Rollout needs stop_token_ids, sample_chunk_rows and decode_chunk_bytes")
         self.model, self.params, self.generator = model, params, generator
@@ -208,7 +214,14 @@ class Rollout:
         self.logprobs = torch.zeros(rows, params.max_new_tokens, dtype=torch.float32, device=device)
         self.hidden = prompt.hidden.expand(rows, -1)
         self.length = 0  # tokens sampled per live row
-        self.tokens_generated = 0
+        # work done, for the FLOP count: tokens sampled (one head each), tokens fed through the
+        # layers, and the positions those fed tokens attended to (prompt, earlier tokens, itself)
+        self.tokens_generated = self.tokens_fed = self.positions_attended = 0
+        self.top_k_logprobs = top_k_logprobs
+        # the last step's rows as they sampled (before finished rows left) and, with top_k_logprobs,
+        # the k largest log-probs of the distribution each sampled from
+        self.sampled_ids: torch.Tensor | None = None
+        self.top_logprobs: torch.Tensor | None = None
         self.released = False
         self.collect_layer_states = False
         # the last step's every-layer states of the live rows (rows as candidate_ids); None when not
@@ -226,7 +239,9 @@ class Rollout:
 
     def step(self) -> list[RowOutput]:
         """Sample one token for every row; return the rows that finished (stop token or length)."""
-        tokens, logprobs = sample(self.model, self.hidden, self.params, self.generator, self.sample_chunk_rows)
+        tokens, logprobs, self.top_logprobs = sample(self.model, self.hidden, self.params, self.generator,
+                                                     self.sample_chunk_rows, self.top_k_logprobs)
+        self.sampled_ids = self.candidate_ids
         self.tokens[:, self.length] = tokens
         self.logprobs[:, self.length] = logprobs
         self.length += 1
@@ -240,6 +255,8 @@ class Rollout:
             states = _layer_buffer(self.model, self.num_rows) if self.collect_layer_states else None
             self.hidden = decode_one_token(self.model, self.cache, self.tokens[:, pos], pos, chunk_rows, states)
             self.layer_states = states
+            self.tokens_fed += self.num_rows
+            self.positions_attended += self.num_rows * (self.cache.prompt_len + self.length)
         return finished
 
     def partial_outputs(self) -> list[RowOutput]:
@@ -283,23 +300,24 @@ class Rollout:
         return removed
 
 
-def decode_n_tokens(rollout: Rollout, capacity: int, stop_at: Container[int] = frozenset(),
-                    on_finished: Callable[[list[RowOutput]], None] = lambda outputs: None) -> None:
-    """Step `rollout` until every row is complete, the next token would not fit `capacity`
-    (generated-token slots of KV, rows x tokens), or its length reaches one in `stop_at`.
+def make_room(rollout: Rollout, budget: TokenBudget) -> bool:
+    """True when the rollout's next step fits the budget. When its cache is full but the next
+    token still fits, the rows are re-laid out first, with as much room as the budget gives each."""
+    if not rollout.needs_room:
+        return True
+    if not budget.fits(rollout.num_rows, rollout.length + 1):
+        return False
+    rollout.grow(budget.row_length(rollout.num_rows, rollout.params.max_new_tokens))
+    return True
 
-    When the cache is full but the next token still fits, the rows are re-laid out with as much
-    room as the capacity gives each (at most max_new_tokens). `on_finished` gets the rows each
-    step finished (stop token or max_new_tokens)."""
-    max_new_tokens = rollout.params.max_new_tokens
-    while rollout.num_rows:
-        if rollout.length in stop_at:
-            break
-        if rollout.needs_room:
-            if rollout.num_rows * (rollout.length + 1) > capacity:
-                break
-            rollout.grow(min(max_new_tokens, capacity // rollout.num_rows))
-        on_finished(rollout.step())
+
+def decode_n_tokens(rollout: Rollout, budget: TokenBudget, stop_at: Container[int] = frozenset()) -> list[RowOutput]:
+    """Step `rollout` until every row is complete, the next token would not fit `budget`, or its
+    length reaches one in `stop_at`; returns the rows that finished (stop token or max_new_tokens)."""
+    finished: list[RowOutput] = []
+    while rollout.num_rows and rollout.length not in stop_at and make_room(rollout, budget):
+        finished += rollout.step()
+    return finished
 
 
 def _compact(buffer: torch.Tensor, order: torch.Tensor) -> torch.Tensor:

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 
 import torch
 
-from . import decoding, gemma3, llama
-from .decoding import ForwardPass, PrefilledPrompt, Rollout, RowCache
+from . import gemma3, llama
+from .decoding import ForwardPass, PrefilledPrompt, Rollout
 from .errors import SpecrejError
 from .gemma3 import Gemma3Forward
 from .hf_forward import HFForward
@@ -103,38 +103,14 @@ class Engine:
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
         self.forward.check_fits(prompt_len, max_new_tokens)
 
-    # -- decoding (decoding.py's free functions with this engine's forward pass and chunks) ---
+    # -- decoding ----------------------------------------------------------------------------
     def rollout(self, prompt: PrefilledPrompt, rows: int, max_len: int, params: SamplingParams,
-                generator: torch.Generator, first_candidate_id: int = 0) -> Rollout:
+                generator: torch.Generator, first_candidate_id: int = 0, top_k_logprobs: int = 0) -> Rollout:
         """`rows` rows sampling from `prompt` (from `prefill`) with this engine's forward pass, stop
         tokens and chunk sizes (as they are now: a rollout keeps them)."""
         return Rollout(self.forward, prompt, rows, max_len, params, generator, first_candidate_id,
                        stop_token_ids=self.stop_token_ids, sample_chunk_rows=self.sample_chunk_rows,
-                       decode_chunk_bytes=self.decode_chunk_bytes)
-
-    def new_cache(self) -> RowCache:
-        return self.forward.new_cache()
-
-    def prefill(self, prompt_ids: list[int], layer_states: bool = False) -> PrefilledPrompt:
-        return decoding.prefill(self.forward, prompt_ids, layer_states)
-
-    def sample(self, hidden: torch.Tensor, params: SamplingParams, generator: torch.Generator):
-        """Next token and its log-prob per row, `sample_chunk_rows` rows' logits at a time."""
-        return decoding.sample(self.forward, hidden, params, generator, self.sample_chunk_rows)
-
-    @torch.inference_mode()
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.forward.logits(hidden)
-
-    # -- memory --------------------------------------------------------------------------
-    def decode_row_bytes(self, context_len: int) -> int:
-        return self.forward.decode_row_bytes(context_len)
-
-    def decode_chunk_rows(self, context_len: int) -> int:
-        """Rows fed through the model at once in a decode step: as many as keep the activations
-        within `decode_chunk_bytes` (at least one), so they do not grow with b_init. A forward
-        pass without chunked decode (`chunked_decode = False`, the fallback) takes all rows at once."""
-        return decoding.decode_chunk_rows(self.forward, self.decode_chunk_bytes, context_len)
+                       decode_chunk_bytes=self.decode_chunk_bytes, top_k_logprobs=top_k_logprobs)
 
     def memory_margin(self, prompt_len: int, rows: int, params: SamplingParams) -> int:
         """Bytes beside the KV budget that a prompt's run with at most `rows` rows may allocate
@@ -157,7 +133,7 @@ class Engine:
         Python objects (token lists, texts).
         """
         context = prompt_len + params.max_new_tokens
-        row = self.decode_row_bytes(context)
+        row = self.forward.decode_row_bytes(context)
         decode = min(rows * row, max(self.decode_chunk_bytes, row)) if self.forward.chunked_decode else rows * row
         extra = self.forward.extra_cache_bytes(prompt_len, rows)
         sampling = sampler_copies(params) * min(rows, self.sample_chunk_rows) * self.forward.vocab_size * 4

@@ -216,6 +216,15 @@ def generation_flops(shape: ModelShape, prompt_len: int, num_tokens: int) -> int
     return num_tokens * matmul_flops_per_token(shape) + _attention_coefficient(shape) * attended
 
 
+def decode_flops(shape: ModelShape, sampled: int, fed: int, attended: int) -> int:
+    """Decoding work as the decode loop counts it: `sampled` tokens (one head each), `fed` tokens
+    through the layers, and `attended` positions summed over the fed tokens (each attends to the
+    prompt, the tokens before it and itself). Per row this is `candidate_generation_flops`."""
+    for name, value in (("sampled", sampled), ("fed", fed), ("attended", attended)):
+        _check_count(name, value)
+    return sampled * lm_head_flops(shape) + fed * layer_flops_per_token(shape) + _attention_coefficient(shape) * attended
+
+
 def candidate_generation_flops(shape: ModelShape, prompt_len: int, candidate: Mapping) -> int:
     """What this engine spent generating one candidate of a record (fields num_tokens, finished,
     complete): `generation_flops` for its num_tokens, plus one head for a stop token (sampled,

@@ -117,6 +117,7 @@ class Gemma3Forward(LlamaForward):
         """A sliding layer's query at `query_pos` sees the last `sliding_window` positions; a full layer every one."""
         return max(0, query_pos - self.sliding_window + 1) if self.is_sliding[layer] else 0
 
+    @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 [rows, vocab]: the lm_head output, soft-capped as transformers does (in the model's
         dtype; in place, so the cap costs no copy of the logits)."""

@@ -413,6 +413,7 @@ class HFForward:
             _copy_layer_states(out, layer_states)
         return out.last_hidden_state[:, -1]
 
+    @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The model's head on hidden [rows, H], in the model's dtype, then fp32 [rows, vocab]."""
         logits = self.head(hidden)

@@ -204,10 +204,11 @@ class RecordWriter:
     """Appends one JSON line per prompt, each in one write + fsync, so a killed run leaves only
     complete lines; reopening repairs a torn tail and reports which prompts are done.
 
-    It holds `output_lock(path)` until `close()` (or the end of a `with` block).
+    It holds `output_lock(path)` until `close()` (or the end of a `with` block). `retry_failed`:
+    the error records are dropped first (the file rewritten atomically), so their prompts run again.
     """
 
-    def __init__(self, path: str | os.PathLike, settings: dict):
+    def __init__(self, path: str | os.PathLike, settings: dict, retry_failed: bool = False):
         self.path = Path(path)
         with ExitStack() as stack:
             stack.enter_context(output_lock(self.path))
@@ -216,6 +217,9 @@ class RecordWriter:
                 os.truncate(self.path, sum(map(len, lines)))  # drop the torn tail of a killed run, in place
             records = read_records(self.path)
             check_resume(self.path, settings, records[:1])
+            if retry_failed and any("error" in record for record in records):
+                records = [record for record in records if "error" not in record]
+                _replace_lines(self.path, [r for r in lines if "error" not in json.loads(r)])
             self._lock = stack.pop_all()
         self.done = {record["prompt_id"] for record in records}
         self.errors = {record["prompt_id"]: record["error"] for record in records if "error" in record}
@@ -238,6 +242,16 @@ class RecordWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _replace_lines(path: Path, lines: list[bytes]) -> None:
+    """`path` holds exactly `lines` afterwards, replaced in one rename (a kill leaves the old file or the new)."""
+    temporary = path.with_name(path.name + ".retry")
+    with open(temporary, "wb") as handle:
+        handle.writelines(lines)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
 
 
 def records_by_prompt(paths: Iterable[str | os.PathLike]) -> list[list[dict]]:

@@ -181,6 +181,7 @@ class LlamaForward:
 
         return self._forward(tokens, prompt_len + pos, attend, layer_states)
 
+    @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.lm_head(hidden).float()
 

@@ -11,18 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import SpecrejError
+from .errors import SpecrejError, shown
 
 # The smallest positive temperature: below it the tempered fp32 logits overflow (1e-300 samples
 # the last token id every time) and the draw is greedy anyway; vLLM's sampler takes the same
 # 1e-5 as its "greedy" threshold. Use 0 for greedy decoding.
 MIN_TEMPERATURE = 1e-5
-
-
-def shown(value) -> str:
-    """A value as a message quotes it: repr, cut short (a 5000-digit integer stays one short line)."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def check_int(value, name: str, minimum: int) -> int:
@@ -87,6 +81,12 @@ def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.G
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Log-probability of `tokens` under the model's own (untempered) distribution."""
     return logits.gather(-1, tokens[:, None]).squeeze(-1) - logits.logsumexp(-1)
+
+
+def top_logprobs(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """The k largest log-probabilities of each row's untempered distribution, [rows, k], largest
+    first (the distribution `token_logprobs` reads)."""
+    return logits.topk(min(k, logits.shape[-1]), dim=-1).values - logits.logsumexp(-1, keepdim=True)
 
 
 def sampler_copies(params: SamplingParams) -> int:

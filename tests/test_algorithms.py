@@ -9,8 +9,12 @@ import torch
 
 from specrej import (CallableReward, LogProbReward, SamplingParams, SpecrejError, best_of_n, load_reward,
                      speculative_rejection)
-from specrej.algorithms import PromptRun
+import dataclasses
+
+from specrej.api import check_run, run_one
 from specrej.budget import token_capacity
+from specrej.methods import get_method, sr
+from specrej.methods.session import Session
 
 PROMPT = "Write a poem about the sea."
 SAMPLING = SamplingParams(max_new_tokens=24)
@@ -103,8 +107,8 @@ def test_a_response_completed_early_stays_a_finalist_and_wins(engine, monkeypatc
     rows (8 tokens) outscore every response completed before (< 8 tokens) at the cut, and end
     below all of them (-24)."""
     monkeypatch.setattr(engine, "stop_token_ids", torch.arange(0, 400, 16))
-    rollouts, start = [], PromptRun.start
-    monkeypatch.setattr(PromptRun, "start", lambda self, *args: rollouts.append(start(self, *args)) or rollouts[-1])
+    rollouts, start = [], Session.start
+    monkeypatch.setattr(Session, "start", lambda self, *args: rollouts.append(start(self, *args)) or rollouts[-1])
 
     class StopsEndAtTheDecision(TokenCountReward):
         def score(self, prompt, responses):
@@ -180,7 +184,7 @@ def test_bad_arguments_are_refused(engine):
     reward = LogProbReward()
     with pytest.raises(SpecrejError, match="alpha"):
         speculative_rejection(engine, reward, PROMPT, alpha=1.0, memory_budget=BIG)
-    with pytest.raises(SpecrejError, match="n must be"):
+    with pytest.raises(SpecrejError, match="--n must be"):
         best_of_n(engine, reward, PROMPT, n=0, memory_budget=BIG)
     with pytest.raises(SpecrejError, match="empty prompt"):
         best_of_n(engine, reward, "  ", n=2, memory_budget=BIG)
@@ -201,13 +205,20 @@ def test_callable_reward_must_return_one_score_per_response():
         reward.score("p", [Response("a"), Response("b")])
 
 
+def with_cut(engine, reward, cut, **params):
+    """SR's schedule on PROMPT with `cut` deciding each round (a method declared here)."""
+    method = dataclasses.replace(get_method("sr"), run=lambda session, checked: sr.speculative_rejection(
+        session, checked, cut))
+    return run_one(engine, reward, PROMPT, method=method, **params)
+
+
 def test_adaptive_cut_records_its_rule_and_delta_zero_is_best_of_n(engine):
     from specrej.adaptive import AdaptiveCut, PartialFit
 
     reward = load_reward("python:toy_rewards:letter_e")
     exact = {8: PartialFit(tau=8, slope=1.0, intercept=0.0, sigma=0.0, n=100)}  # partial predicts final exactly
-    sharp = speculative_rejection(engine, reward, PROMPT, alpha=0.5, init_batch_size=12, memory_budget=BIG,
-                                  sampling=SAMPLING, seed=3, decision_tokens=[8], cut=AdaptiveCut(0.05, exact))
+    sharp = with_cut(engine, reward, AdaptiveCut(0.05, exact), alpha=0.5, batch_size=12, memory_budget=BIG,
+                     sampling=SAMPLING, seed=3, decision_tokens=[8])
     batch, scores = round_batch(sharp, 0)
     live = [(c, s) for c, s in zip(batch, scores) if not completed_by(c, sharp.rounds[0])]
     top = max(s for _, s in live)
@@ -217,24 +228,19 @@ def test_adaptive_cut_records_its_rule_and_delta_zero_is_best_of_n(engine):
     assert sharp.params["rejection"] == {"rule": "adaptive", "delta": 0.05, "correction": "bonferroni",
                                          "fit": "study", "fallback_alpha": 0.5}
     bon = best_of_n(engine, reward, PROMPT, n=12, batch_size=12, memory_budget=BIG, sampling=SAMPLING, seed=3)
-    never = speculative_rejection(engine, reward, PROMPT, alpha=0.5, init_batch_size=12, memory_budget=BIG,
-                                  sampling=SAMPLING, seed=3, decision_tokens=[4, 8], cut=AdaptiveCut(0.0, exact))
+    never = with_cut(engine, reward, AdaptiveCut(0.0, exact), alpha=0.5, batch_size=12, memory_budget=BIG,
+                     sampling=SAMPLING, seed=3, decision_tokens=[4, 8])
     assert texts(never) == texts(bon) and never.best.id == bon.best.id  # delta = 0 halts nothing: Best-of-N
-    online = speculative_rejection(engine, reward, PROMPT, alpha=0.5, init_batch_size=12, memory_budget=BIG,
-                                   sampling=SAMPLING, seed=3, decision_tokens=[4, 8], cut=AdaptiveCut(0.05))
+    online = with_cut(engine, reward, AdaptiveCut(0.05), alpha=0.5, batch_size=12, memory_budget=BIG,
+                      sampling=SAMPLING, seed=3, decision_tokens=[4, 8])
     assert online.rounds[0].rule["source"] == "fixed_alpha_fallback"  # no earlier round to estimate from
 
 
 def test_one_alpha_check_for_the_api_the_cli_and_the_algorithm():
-    from specrej.algorithms import check_alpha
-    from specrej.api import validate
-
-    check_alpha(0.0), check_alpha(0.99)
+    assert check_run("sr", {"alpha": 0.0})[1].alpha == 0.0 and check_run("sr", {"alpha": 0.99})[1].alpha == 0.99
     for bad in (1.0, -0.1, None):
-        with pytest.raises(SpecrejError, match=r"^alpha must be in \[0, 1\), got"):
-            check_alpha(bad)
         with pytest.raises(SpecrejError, match=r"^--alpha (must be in \[0, 1\), got|is required for speculative rejection)"):
-            validate("sr", None, bad)
+            check_run("sr", {"alpha": bad})
 
 
 def test_non_finite_scores_count_as_minus_inf_with_one_warning():

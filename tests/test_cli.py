@@ -60,8 +60,8 @@ def test_adaptive_rejection_from_a_prefix_fit_and_online(generator_dir, prompts_
     assert main(["score-prefixes", "--trajectories", str(full), "--reward", "logprob", "--decision-tokens", "4,8",
                  "--out", str(prefixes), "--no-progress"]) == 0
     fitted, online = tmp_path / "fitted.jsonl", tmp_path / "online.jsonl"
-    sr = ["--method", "sr", "--alpha", "0.5", "--batch-size", "16", "--decision-tokens", "4,8", "--rejection",
-          "adaptive", "--delta", "0.1"]
+    sr = ["--method", "sr-adaptive", "--alpha", "0.5", "--batch-size", "16", "--decision-tokens", "4,8",
+          "--delta", "0.1"]
     assert generate(generator_dir, prompts_file, fitted, *sr, "--fit", str(prefixes)) == 0
     assert generate(generator_dir, prompts_file, online, *sr) == 0
     for record in read_records(fitted):
@@ -75,7 +75,7 @@ def test_adaptive_rejection_from_a_prefix_fit_and_online(generator_dir, prompts_
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--method", "sr", "--alpha", "0.5", "--rejection", "adaptive", "--delta", "0.7"], "delta"),
+    (["--method", "sr-adaptive", "--alpha", "0.5", "--delta", "0.7"], "delta"),
     (["--method", "sr", "--alpha", "1.0"], "--alpha must be in [0, 1)"),
     (["--method", "sr", "--alpha", "-0.1"], "--alpha must be in [0, 1)"),
     (["--method", "bon", "--n", "0"], "--n must be >= 1"),
@@ -169,11 +169,12 @@ def test_empty_and_too_long_prompts_get_error_records_and_others_continue(genera
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ["List three fruits.", "", "sea " * 400, "Hi"]))
     with pytest.warns(UserWarning, match="prompt 1: empty prompt"):
-        assert generate(generator_dir, prompts, tmp_path / "o.jsonl", "--method", "bon", "--n", "2") == 0
+        assert generate(generator_dir, prompts, tmp_path / "o.jsonl", "--method", "bon", "--n", "2") == 1
     records = read_records(tmp_path / "o.jsonl")
     assert [("error" in r) for r in records] == [False, True, True, False]
     assert "empty prompt" in records[1]["error"] and "context" in records[2]["error"]
-    assert f"2 of 4 prompts failed (see error records in {tmp_path / 'o.jsonl'})" in capsys.readouterr().err
+    assert (f"2 of 4 prompts failed (1, 2); the first, prompt 1: empty prompt (error records in "
+            f"{tmp_path / 'o.jsonl'}; rerun with --retry-failed") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("method", [["--method", "bon", "--n", "3"], ["--method", "sr", "--alpha", "0.5"]])
@@ -181,7 +182,7 @@ def test_a_python_reward_that_raises_fails_only_its_prompt(generator_dir, prompt
     out = tmp_path / "o.jsonl"
     with pytest.warns(UserWarning, match="prompt 1: reward"):
         assert generate(generator_dir, prompts_file, out, *method, "--batch-size", "4",
-                        "--reward", "python:test_cli:fails_on_gravity") == 0
+                        "--reward", "python:test_cli:fails_on_gravity") == 1
     records = read_records(out)
     assert [("error" in r) for r in records] == [False, True, False]
     assert records[1]["error"] == "reward python:test_cli:fails_on_gravity failed: ValueError: no physics here"
@@ -213,7 +214,7 @@ def test_a_reward_model_failing_on_one_input_fails_only_its_prompt(generator_dir
     out = tmp_path / "o.jsonl"
     with pytest.warns(UserWarning, match="prompt 1: reward"):
         assert generate(generator_dir, prompts_file, out, "--method", "bon", "--n", "2",
-                        "--reward", str(reward_model_dir)) == 0
+                        "--reward", str(reward_model_dir)) == 1
     records = read_records(out)
     assert [("error" in r) for r in records] == [False, True, False]
     assert records[1]["error"] == (f"reward {reward_model_dir} failed: RuntimeError: "
@@ -226,7 +227,7 @@ def test_when_every_prompt_fails_the_run_says_so_and_exits_1(generator_dir, prom
         assert generate(generator_dir, prompts_file, out, "--method", "bon", "--n", "2",
                         "--memory-budget", "1KiB") == 1
     err = capsys.readouterr().err
-    assert "specrej: 3 of 3 prompts failed: prompt 0: the memory budget of 1.0 KiB" in err
+    assert "specrej: 3 of 3 prompts failed (0, 1, 2); the first, prompt 0: the memory budget of 1.0 KiB" in err
     assert "Traceback" not in err and len(read_records(out)) == 3
     # resuming finds nothing to do and reports the same; --exit-zero makes it a success
     assert generate(generator_dir, prompts_file, out, "--method", "bon", "--n", "2", "--memory-budget", "1KiB") == 1
@@ -316,7 +317,7 @@ def test_summary_shows_each_prompt_and_its_chosen_response(generator_dir, tmp_pa
     long_prompt = "Write a poem about the sea.\n" * 6
     prompts.write_text(json.dumps([long_prompt, "", "List three fruits."]))
     with pytest.warns(UserWarning, match="empty prompt"):
-        assert generate(generator_dir, prompts, out, "--method", "bon", "--n", "3") == 0
+        assert generate(generator_dir, prompts, out, "--method", "bon", "--n", "3") == 1
     records = read_records(out)
     capsys.readouterr()
 

@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+from specrej import decoding
+
 from specrej import SamplingParams
 from specrej.cache import compaction_order
 from specrej.engine import Engine
@@ -20,7 +22,7 @@ def reference_logits(engine, prompt_ids, rows_tokens):
 
 def new_rollout(engine, rows, max_len=32, seed=0, **sampling):
     prompt_ids = engine.encode_prompt("Write a poem about the sea.")
-    prompt = engine.prefill(prompt_ids)
+    prompt = decoding.prefill(engine.forward, prompt_ids)
     params = SamplingParams(max_new_tokens=sampling.pop("max_new_tokens", 32), **sampling)
     return prompt_ids, engine.rollout(prompt, rows, max_len, params, torch.Generator().manual_seed(seed))
 
@@ -31,7 +33,7 @@ def live_tokens(rollout):
 
 def test_prefill_matches_hf(engine):
     prompt_ids = engine.encode_prompt("Explain gravity to a child.")
-    torch.testing.assert_close(engine.logits(engine.prefill(prompt_ids).hidden), reference_logits(engine, prompt_ids, [[]])[0],
+    torch.testing.assert_close(engine.forward.logits(decoding.prefill(engine.forward, prompt_ids).hidden), reference_logits(engine, prompt_ids, [[]])[0],
                                atol=ATOL, rtol=0)
 
 
@@ -43,14 +45,14 @@ def test_decode_matches_hf_and_prune_keeps_survivors_exact(generator_dir):
     prompt_ids, rollout = new_rollout(engine, rows=6)
     for _ in range(5):
         rollout.step()
-    torch.testing.assert_close(engine.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout)),
+    torch.testing.assert_close(engine.forward.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout)),
                                atol=ATOL, rtol=0)
     halted_ids = rollout.candidate_ids[[0, 3, 4]].tolist()
     halted = rollout.halt(halted_ids)
     assert sorted(h.candidate_id for h in halted) == sorted(halted_ids)
     assert rollout.num_rows == 3 and not set(rollout.candidate_ids.tolist()) & set(halted_ids)
     # after prune, the survivors' logits equal a fresh computation on their prefixes...
-    torch.testing.assert_close(engine.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout)),
+    torch.testing.assert_close(engine.forward.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout)),
                                atol=ATOL, rtol=0)
     # ...and so do the next tokens, decoded from the compacted cache and after a re-layout
     rollout.step()
@@ -58,7 +60,7 @@ def test_decode_matches_hf_and_prune_keeps_survivors_exact(generator_dir):
     for _ in range(3):
         rollout.step()
     assert rollout.cache.max_len == 48
-    torch.testing.assert_close(engine.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout)),
+    torch.testing.assert_close(engine.forward.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout)),
                                atol=ATOL, rtol=0)
 
 
@@ -75,7 +77,7 @@ def test_finished_rows_are_compacted_out(generator_dir):
         finished += rollout.step()
         assert rollout.cache.rows == rollout.num_rows
         if rollout.num_rows:
-            torch.testing.assert_close(engine.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout)),
+            torch.testing.assert_close(engine.forward.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout)),
                                        atol=ATOL, rtol=0)
     assert sorted(f.candidate_id for f in finished) == list(range(8))
     stopped = [f for f in finished if f.stopped]
@@ -157,15 +159,15 @@ def test_decoding_in_row_chunks_matches_one_chunk(generator_dir):
 
     engine = load_engine(str(generator_dir))
     runs = []
-    for chunk_bytes in (engine.decode_chunk_bytes, 3 * engine.decode_row_bytes(64)):
+    for chunk_bytes in (engine.decode_chunk_bytes, 3 * engine.forward.decode_row_bytes(64)):
         engine.decode_chunk_bytes = chunk_bytes
         prompt_ids, rollout = new_rollout(engine, rows=8, seed=5)
         for _ in range(6):
             rollout.step()
         runs.append((rollout.tokens[:, :6].clone(), rollout.logprobs[:, :6].clone()))
-        torch.testing.assert_close(engine.logits(rollout.hidden),
+        torch.testing.assert_close(engine.forward.logits(rollout.hidden),
                                    reference_logits(engine, prompt_ids, live_tokens(rollout)), atol=ATOL, rtol=0)
-    assert 3 <= engine.decode_chunk_rows(len(prompt_ids) + 1) < 8  # the second run went in several chunks
+    assert 3 <= decoding.decode_chunk_rows(engine.forward, engine.decode_chunk_bytes, len(prompt_ids) + 1) < 8  # the second run went in several chunks
     assert torch.equal(runs[0][0], runs[1][0])
     torch.testing.assert_close(runs[0][1], runs[1][1])
 
@@ -175,8 +177,8 @@ def test_the_free_functions_are_what_the_engine_runs(engine):
 
     prompt_ids = engine.encode_prompt("Explain gravity to a child.")
     ours = decoding.prefill(engine.forward, prompt_ids)
-    assert torch.equal(ours.hidden, engine.prefill(prompt_ids).hidden)
-    assert all(torch.equal(a, b) for a, b in zip(ours.state.k, engine.prefill(prompt_ids).state.k))
+    assert torch.equal(ours.hidden, decoding.prefill(engine.forward, prompt_ids).hidden)
+    assert all(torch.equal(a, b) for a, b in zip(ours.state.k, decoding.prefill(engine.forward, prompt_ids).state.k))
 
 
 def test_the_llama_forward_implements_the_forward_pass_interface(engine):
@@ -197,10 +199,10 @@ def test_the_prompt_state_is_the_forward_pass_own(engine):
     per-layer k and v (cache.PromptKV), attached as they are (no copy)."""
     from specrej.cache import PromptKV
 
-    prompt = engine.prefill(engine.encode_prompt("Explain gravity to a child."))
+    prompt = decoding.prefill(engine.forward, engine.encode_prompt("Explain gravity to a child."))
     assert isinstance(prompt.state, PromptKV) and prompt.state.prompt_len == len(prompt.token_ids)
     assert len(prompt.state.k) == len(prompt.state.v) == len(engine.layers)
-    cache = engine.new_cache()
+    cache = engine.forward.new_cache()
     cache.share_prompt(prompt.state)
     assert cache.prompt_k is prompt.state.k and cache.prompt_len == len(prompt.token_ids)
 
@@ -215,7 +217,8 @@ def test_decoding_knows_nothing_of_the_engine():
     tree = ast.parse(Path(decoding.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert imported <= {"__future__", "collections.abc", "dataclasses", "typing", "torch", "cache", "errors", "sampling"}
+    assert imported <= {"__future__", "collections.abc", "dataclasses", "typing", "torch", "budget", "cache", "errors",
+                        "sampling"}
 
 
 def test_a_rollout_needs_only_the_forward_pass_and_runs_the_free_functions(generator_dir, monkeypatch):
@@ -228,7 +231,7 @@ def test_a_rollout_needs_only_the_forward_pass_and_runs_the_free_functions(gener
     engine = load_engine(str(generator_dir))
     frequent = reference_logits(engine, engine.encode_prompt("Write a poem about the sea."), [[]])[0].topk(2).indices
     engine.stop_token_ids = torch.cat([engine.stop_token_ids, frequent])  # rows finish at different steps
-    prompt = engine.prefill(engine.encode_prompt("Write a poem about the sea."))
+    prompt = decoding.prefill(engine.forward, engine.encode_prompt("Write a poem about the sea."))
     params = SamplingParams(max_new_tokens=12, top_p=0.9)
     calls = []
     decode = decoding.decode_one_token
@@ -261,17 +264,17 @@ def test_detokenize_skips_special_tokens(engine):
 
 
 def test_decode_n_tokens_stops_at_a_decision_token_and_when_the_capacity_is_reached(engine):
+    from specrej.budget import TokenBudget
     from specrej.decoding import decode_n_tokens
 
     engine.stop_token_ids, stop_ids = torch.tensor([-1]), engine.stop_token_ids  # no row finishes early
     try:
         _, rollout = new_rollout(engine, rows=4, max_len=4, max_new_tokens=10)
-        decode_n_tokens(rollout, capacity=4 * 10, stop_at={3})
+        assert decode_n_tokens(rollout, TokenBudget(4 * 10), stop_at={3}) == []
         assert rollout.length == 3 and rollout.cache.max_len == 4
-        decode_n_tokens(rollout, capacity=4 * 6)  # full at 4 tokens: grows to 6 each, then stops
+        assert decode_n_tokens(rollout, TokenBudget(4 * 6)) == []  # full at 4 tokens: grows to 6 each, then stops
         assert rollout.length == 6 and rollout.cache.max_len == 6 and rollout.num_rows == 4
-        finished = []
-        decode_n_tokens(rollout, capacity=4 * 10, on_finished=finished.extend)
+        finished = decode_n_tokens(rollout, TokenBudget(4 * 10))
         assert rollout.num_rows == 0 and sorted(f.candidate_id for f in finished) == [0, 1, 2, 3]
         assert all(len(f.token_ids) == 10 and not f.stopped for f in finished)
     finally:

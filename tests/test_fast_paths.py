@@ -16,6 +16,8 @@ import logging
 
 import pytest
 import torch
+
+from specrej import decoding
 from conftest import GENERATOR_TEMPLATE, build_tokenizer
 
 from specrej import SamplingParams, SpecrejError, load_engine
@@ -103,7 +105,7 @@ def live_tokens(rollout):
 
 def max_error(engine, prompt_ids, rollout) -> float:
     ref = reference_logits(engine.model, prompt_ids, live_tokens(rollout))[:, -1]
-    return (engine.logits(rollout.hidden) - ref).abs().max().item()
+    return (engine.forward.logits(rollout.hidden) - ref).abs().max().item()
 
 
 def assert_matches_hf(engine, prompt_ids, rollout):
@@ -111,7 +113,7 @@ def assert_matches_hf(engine, prompt_ids, rollout):
     atol = ATOL if engine.dtype == torch.float32 else BF16_ATOL
     tokens = live_tokens(rollout)
     ref = reference_logits(engine.model, prompt_ids, tokens)
-    torch.testing.assert_close(engine.logits(rollout.hidden), ref[:, -1], atol=atol, rtol=0)
+    torch.testing.assert_close(engine.forward.logits(rollout.hidden), ref[:, -1], atol=atol, rtol=0)
     if rollout.length:
         predicted = ref[:, len(prompt_ids) - 1 : -1].log_softmax(-1)  # position i predicts token i
         ref_logprobs = predicted.gather(-1, torch.tensor(tokens)[..., None])[..., 0]
@@ -142,7 +144,7 @@ def test_decode_matches_transformers_past_the_window_and_after_pruning(model_dir
     prompt_ids = engine.encode_prompt(PROMPT)
     assert len(prompt_ids) > SLIDING_WINDOW  # the prefill's sliding layers slide already
     params = SamplingParams(max_new_tokens=24)
-    rollout = engine.rollout(engine.prefill(prompt_ids), 6, 16, params, torch.Generator().manual_seed(0))
+    rollout = engine.rollout(decoding.prefill(engine.forward, prompt_ids), 6, 16, params, torch.Generator().manual_seed(0))
     assert_matches_hf(engine, prompt_ids, rollout)
     for _ in range(10):  # the window moves past the prompt's end: its prompt part is then empty
         rollout.step()
@@ -164,7 +166,7 @@ def test_a_short_prompt_that_decoding_carries_past_the_window(model_dir, dtype):
     start moves from the prompt's first token into the generated ones."""
     engine = engine_for(model_dir, "gemma3_text", dtype)
     prompt_ids = [1, 40, 41]
-    rollout = engine.rollout(engine.prefill(prompt_ids), 4, 14, SamplingParams(max_new_tokens=14),
+    rollout = engine.rollout(decoding.prefill(engine.forward, prompt_ids), 4, 14, SamplingParams(max_new_tokens=14),
                              torch.Generator().manual_seed(2))
     for _ in range(13):
         rollout.step()
@@ -180,7 +182,7 @@ def test_layer_states_are_transformers_hidden_states(model_dir, model_type, dtyp
     params = SamplingParams(max_new_tokens=12)
     runs = []
     for collect in (False, True):
-        prompt = engine.prefill(prompt_ids, layer_states=collect)
+        prompt = decoding.prefill(engine.forward, prompt_ids, layer_states=collect)
         rollout = engine.rollout(prompt, 3, 12, params, torch.Generator().manual_seed(1))
         rollout.collect_layer_states = collect
         for _ in range(10):

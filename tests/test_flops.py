@@ -232,3 +232,28 @@ def test_smollm2_135m_sanity():
 def test_imports_without_torch():
     code = "import sys, specrej.flops; assert 'torch' not in sys.modules, sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------------------------------
+# the session's count, made as the work happens, against the record formula (`record_flops`)
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method, params", [
+    ("bon", {"n": 6, "batch_size": 4}),
+    ("sr", {"alpha": 0.5, "batch_size": 12, "min_tokens": 4, "decision_tokens": [3, 7]}),
+    ("sr-random", {"alpha": 0.7, "batch_size": 12, "min_tokens": 4}),
+    ("st-bon", {"n": 6}),
+])
+def test_the_sessions_flop_count_equals_the_record_formula(engine, reward_model_dir, method, params):
+    from specrej import SamplingParams, load_reward
+    from specrej.api import run_one
+
+    reward = load_reward(str(reward_model_dir), device="cpu", dtype="float32")
+    result = run_one(engine, reward, "Write a poem about the sea.", method=method, seed=2,
+                     sampling=SamplingParams(max_new_tokens=12), memory_budget=engine.kv_bytes_per_token * 160, **params)
+    record = result.to_record("p")
+    generator, reward_shape = ModelShape.from_config(engine.config), ModelShape.from_config(reward.model.config)
+    prompt_len = len(engine.encode_prompt("Write a poem about the sea."))
+    assert record["flops"] == record_flops(record, generator, reward_shape, prompt_len)
+    assert record["flops"]["reward"] > 0 and record["flops"]["generate"] > 0
+    assert record["rounds"] or method == "bon"  # SR's budget forces cuts; ST-BoN votes once

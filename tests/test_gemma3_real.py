@@ -13,6 +13,8 @@ import zipfile
 import pytest
 import torch
 
+from specrej import decoding
+
 from specrej import LogProbReward, SamplingParams, SpecrejError, best_of_n, models, speculative_rejection
 
 # logits are O(10) and the vocabulary is 262k: float32 through a cache vs one fresh forward differ
@@ -98,8 +100,8 @@ def live_tokens(rollout):
 
 def decode_and_compare(engine, prompt_ids, rows, steps, seed=0):
     """Prefill, compare; sample `steps` tokens in `rows` rows (none stops), compare again."""
-    prompt = engine.prefill(prompt_ids)
-    got, reference = engine.logits(prompt.hidden).reshape(-1), reference_logits(engine, prompt_ids, [[]])[0]
+    prompt = decoding.prefill(engine.forward, prompt_ids)
+    got, reference = engine.forward.logits(prompt.hidden).reshape(-1), reference_logits(engine, prompt_ids, [[]])[0]
     print(f"prompt of {len(prompt_ids)}: max |logit - HF| {(got - reference).abs().max():.2e}")
     torch.testing.assert_close(got, reference, atol=ATOL, rtol=RTOL)
     # room for more than `steps` tokens: a row that reaches max_new_tokens completes and leaves
@@ -108,7 +110,7 @@ def decode_and_compare(engine, prompt_ids, rows, steps, seed=0):
     for _ in range(steps):
         rollout.step()
     assert rollout.length == steps and rollout.num_rows == rows
-    got, reference = engine.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout))
+    got, reference = engine.forward.logits(rollout.hidden), reference_logits(engine, prompt_ids, live_tokens(rollout))
     print(f"+{steps} tokens x {rows} rows: max |logit - HF| {(got - reference).abs().max():.2e}")
     torch.testing.assert_close(got, reference, atol=ATOL, rtol=RTOL)
 

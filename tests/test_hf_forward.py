@@ -11,6 +11,8 @@ import logging
 import pytest
 import torch
 
+from specrej import decoding
+
 from specrej import LogProbReward, SamplingParams, best_of_n, load_engine, speculative_rejection
 
 FALLBACK = ["gemma2", "phi3", "olmo2", "gpt_neox", "gpt2", "jamba", "mamba"]
@@ -34,7 +36,7 @@ def reference_logits(model, prompt_ids, rows_tokens):
 def rollout_for(engine, rows, seed=0, max_new_tokens=32):
     prompt_ids = engine.encode_prompt(PROMPT)
     params = SamplingParams(max_new_tokens=max_new_tokens)
-    return prompt_ids, engine.rollout(engine.prefill(prompt_ids), rows, max_new_tokens, params,
+    return prompt_ids, engine.rollout(decoding.prefill(engine.forward, prompt_ids), rows, max_new_tokens, params,
                                       torch.Generator().manual_seed(seed))
 
 
@@ -46,7 +48,7 @@ def assert_matches_hf(engine, prompt_ids, rollout, atol=ATOL, rtol=0.0):
     """The rollout's next-token logits and every sampled token's log-prob equal HF's full forward."""
     tokens = live_tokens(rollout)
     ref = reference_logits(engine.model, prompt_ids, tokens)
-    torch.testing.assert_close(engine.logits(rollout.hidden), ref[:, -1], atol=atol, rtol=rtol)
+    torch.testing.assert_close(engine.forward.logits(rollout.hidden), ref[:, -1], atol=atol, rtol=rtol)
     steps = rollout.length
     if steps:
         predicted = ref[:, len(prompt_ids) - 1 : -1].log_softmax(-1)  # position i predicts token i
@@ -91,7 +93,7 @@ def test_fallback_pruned_rows_continue_as_a_fresh_forward_would(fallback_engine)
     rollout.grow(40)  # no physical re-layout: bookkeeping only
     assert rollout.cache.max_len == 40
     # rows finishing on a frequent token are pruned at the step they finish
-    logits = engine.logits(rollout.hidden)
+    logits = engine.forward.logits(rollout.hidden)
     rollout.stop_token_ids = logits.topk(30).indices.unique()  # a rollout keeps its own stop tokens
     finished = []
     for _ in range(6):
@@ -108,7 +110,7 @@ def test_fallback_alpha_zero_with_b_init_n_is_best_of_n(fallback_engine):
     so it is Best-of-N: same responses, same log-probs, same scores; the record names the path."""
     engine = fallback_engine
     sampling = SamplingParams(max_new_tokens=12)
-    engine.stop_token_ids = torch.cat([engine.stop_token_ids, engine.logits(engine.prefill(
+    engine.stop_token_ids = torch.cat([engine.stop_token_ids, engine.forward.logits(decoding.prefill(engine.forward, 
         engine.encode_prompt(PROMPT)).hidden[None]).topk(4).indices[0, 1:]])  # some rows finish early
     bon = best_of_n(engine, LogProbReward(), PROMPT, n=6, batch_size=6, memory_budget=2**26, sampling=sampling, seed=3)
     sr = speculative_rejection(engine, LogProbReward(), PROMPT, alpha=0.0, init_batch_size=6, memory_budget=2**26,
@@ -149,14 +151,14 @@ def test_fallback_memory_accounting_is_measured_from_the_models_cache(tiny_model
     in_flight = 4 * (len(prompt_ids) + 3) * fwd.kv_bytes_per_token // 2  # one layer's keys and values
     assert rollout.cache.peak_bytes == held + in_flight
     assert fwd.extra_cache_bytes(len(prompt_ids), 4) == 4 * len(prompt_ids) * fwd.kv_bytes_per_token // 2
-    assert engine.decode_chunk_rows(100) >= 2**40  # no row chunks: the model's cache is one batch
+    assert decoding.decode_chunk_rows(engine.forward, engine.decode_chunk_bytes, 100) >= 2**40  # no row chunks: the model's cache is one batch
     assert fwd.kind == "hf" and fwd.chunked_decode is False
     # the prompt state is the model's own cache object of the prompt, held by the rows' cache as it is
     from specrej.hf_forward import HFPromptCache
 
-    prompt = engine.prefill(prompt_ids)
+    prompt = decoding.prefill(engine.forward, prompt_ids)
     assert isinstance(prompt.state, HFPromptCache) and prompt.state.prompt_len == len(prompt_ids)
-    cache = engine.new_cache()
+    cache = engine.forward.new_cache()
     cache.share_prompt(prompt.state)
     assert cache.prompt is prompt.state.cache and cache.prompt_len == len(prompt_ids)
     # gemma2's sliding layer keeps each row's copy of the prompt's part (at most window - 1 = 7 tokens)
@@ -198,13 +200,13 @@ def test_fast_path_in_bfloat16_is_close_to_hf_bfloat16(tiny_model_dir, generator
         rollout.step()
     tokens = live_tokens(rollout)
     ref = reference_logits(engine.model, prompt_ids, tokens)[:, -1]
-    ours = engine.logits(rollout.hidden)
+    ours = engine.forward.logits(rollout.hidden)
     torch.testing.assert_close(ours, ref, atol=BF16_ATOL, rtol=BF16_RTOL)
     rollout.halt(rollout.candidate_ids[[0, 2]].tolist())
     for _ in range(2):
         rollout.step()
     ref = reference_logits(engine.model, prompt_ids, live_tokens(rollout))[:, -1]
-    torch.testing.assert_close(engine.logits(rollout.hidden), ref, atol=BF16_ATOL, rtol=BF16_RTOL)
+    torch.testing.assert_close(engine.forward.logits(rollout.hidden), ref, atol=BF16_ATOL, rtol=BF16_RTOL)
 
 
 @pytest.mark.parametrize("model_type", ["gemma2", "gpt_neox"])
@@ -216,14 +218,14 @@ def test_fallback_in_bfloat16_is_close_to_hf_bfloat16(tiny_model_dir, model_type
     for _ in range(10):
         rollout.step()
     ref = reference_logits(engine.model, prompt_ids, live_tokens(rollout))[:, -1]
-    torch.testing.assert_close(engine.logits(rollout.hidden), ref, atol=BF16_ATOL, rtol=BF16_RTOL)
+    torch.testing.assert_close(engine.forward.logits(rollout.hidden), ref, atol=BF16_ATOL, rtol=BF16_RTOL)
 
 
 def test_the_fallback_implements_the_forward_pass_interface(tiny_model_dir):
     from specrej.decoding import ForwardPass, RowCache
 
     engine = load_engine(str(tiny_model_dir("gpt2")))
-    for protocol, obj in ((ForwardPass, engine.forward), (RowCache, engine.new_cache())):
+    for protocol, obj in ((ForwardPass, engine.forward), (RowCache, engine.forward.new_cache())):
         members = set(protocol.__annotations__) | {
             name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")}
         members |= {name for name, value in vars(protocol).items() if isinstance(value, property)}
@@ -238,4 +240,4 @@ def test_a_head_the_fallback_cannot_reproduce_is_refused(tiny_model_dir):
     engine = load_engine(str(tiny_model_dir("gpt2")))
     engine.forward.head.register_forward_pre_hook(lambda module, args: (args[0] * 2,))
     with pytest.raises(SpecrejError, match="gpt2"):
-        engine.prefill(engine.encode_prompt(PROMPT))
+        decoding.prefill(engine.forward, engine.encode_prompt(PROMPT))

@@ -87,9 +87,8 @@ BAD_GENERATE = [
     ([*BON, "--alpha", "0.5"], "bon (Best-of-N) takes no parameter 'alpha'", "n, batch_size"),
     ([*SR, "--n", "4"], "sr (speculative rejection) takes no parameter 'n'", "batch_size"),
     ([*BON, "--decision-tokens", "8"], "bon (Best-of-N) takes no parameter 'decision_tokens'", ""),
-    ([*BON, "--rejection", "adaptive"], "--rejection adaptive is for --method sr", ""),
+    ([*BON, "--rejection", "adaptive"], "--rejection: was removed; use --method sr-adaptive", ""),
     ([*SR, "--fit", "prefixes.parquet"], "sr (speculative rejection) takes no parameter 'fit'", ""),
-    ([*SR, "--rejection", "sometimes"], "--rejection: invalid choice: 'sometimes'", ""),
     (["--method", "best"], "unknown method 'best'; choose bon, sr, sr-adaptive, sr-random", ""),
     # --batch-size, --min-tokens, --max-init-batch, --reward-batch-size
     ([*BON, "--batch-size", "0"], "--batch-size must be >= 1, got 0", ""),
@@ -127,10 +126,10 @@ BAD_GENERATE = [
     ([*SR, "--decision-tokens", "8;16"], "--decision-tokens must be comma-separated integers", "got '8;16'"),
     ([*SR, "--decision-tokens", "nan"], "--decision-tokens must be comma-separated integers", "got 'nan'"),
     # --delta
-    ([*SR, "--rejection", "adaptive", "--delta", "0.7"], "--delta must be in [0, 0.5]", "got 0.7"),
-    ([*SR, "--rejection", "adaptive", "--delta=-0.01"], "--delta must be in [0, 0.5]", "got -0.01"),
-    ([*SR, "--rejection", "adaptive", "--delta", "nan"], "--delta must be in [0, 0.5]", "got nan"),
-    ([*SR, "--rejection", "adaptive", "--delta", "inf"], "--delta must be in [0, 0.5]", "got inf"),
+    (["--method", "sr-adaptive", "--delta", "0.7"], "--delta must be in [0, 0.5]", "got 0.7"),
+    (["--method", "sr-adaptive", "--delta=-0.01"], "--delta must be in [0, 0.5]", "got -0.01"),
+    (["--method", "sr-adaptive", "--delta", "nan"], "--delta must be in [0, 0.5]", "got nan"),
+    (["--method", "sr-adaptive", "--delta", "inf"], "--delta must be in [0, 0.5]", "got inf"),
     ([*SR, "--delta", "0.1"], "sr (speculative rejection) takes no parameter 'delta'", ""),
     # --max-new-tokens
     ([*BON, "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0", ""),
@@ -215,8 +214,8 @@ GOOD_GENERATE = [
     [*SR, "--decision-tokens", "16,8,8", "--max-new-tokens", "12"],  # a set; 16 is never reached
     [*SR, "--decision-tokens", " 8, 16 "],
     [*SR, "--decision-tokens", ""],  # none, as by default
-    [*SR, "--rejection", "adaptive", "--delta", "0"],
-    [*SR, "--rejection", "adaptive", "--delta", "0.5"],
+    ["--method", "sr-adaptive", "--delta", "0"],
+    ["--method", "sr-adaptive", "--delta", "0.5"],
 ]
 
 
@@ -285,8 +284,7 @@ BAD_API = [
     (dict(method="sr", alpha=0.5, decision_tokens=[8, 0]), "--decision-tokens must be >= 1, got 0"),
     (dict(method="sr", alpha=0.5, decision_tokens=iter([8, 4.5])), "--decision-tokens must be an integer >= 1"),
     (dict(method="sr", alpha=0.5, decision_tokens="8,16"), "--decision-tokens must be a list of integers"),
-    (dict(method="sr", alpha=0.5, rejection="adaptive", delta=math.nan), "--delta must be in [0, 0.5], got nan"),
-    (dict(method="sr", alpha=0.5, rejection="fixed"), "--rejection must be alpha or adaptive"),
+    (dict(method="sr-adaptive", alpha=0.5, delta=math.nan), "--delta must be in [0, 0.5], got nan"),
     (dict(method="sr", alpha=0.5, fit="x.parquet"), "sr (speculative rejection) takes no parameter 'fit'"),
     (dict(method="sr-adaptive", fit="no/such.parquet"), "--fit: file not found: no/such.parquet"),
     (dict(method="bon", n=2, sampling={"temperature": 0.7}), "sampling must be a SamplingParams"),

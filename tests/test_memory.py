@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specrej import LogProbReward, SamplingParams, SpecrejError, best_of_n, load_reward, speculative_rejection
-from specrej.algorithms import PromptRun, is_out_of_memory
+from specrej.methods.session import Session, is_out_of_memory
 from specrej.api import run_one, run_prompts
 from specrej.budget import PeakMemory, token_capacity
 from specrej import decoding
@@ -104,29 +104,29 @@ def test_the_margin_is_needed_and_a_whole_batch_decode_step_would_break_it(engin
     chunked = speculative_rejection(engine, LogProbReward(), PROMPT, **kwargs)
     monkeypatch.setattr(engine, "decode_chunk_bytes", 2**40)
     whole = speculative_rejection(engine, LogProbReward(), PROMPT, **kwargs)
-    assert whole.measured_peak_bytes > chunked.measured_peak_bytes + 2000 * engine.decode_row_bytes(16) // 4
+    assert whole.measured_peak_bytes > chunked.measured_peak_bytes + 2000 * engine.forward.decode_row_bytes(16) // 4
     assert whole.measured_peak_bytes > budget + chunked.memory_margin_bytes
 
 
 def test_the_prompt_kv_is_its_own_storage_and_counted_by_storage(engine):
-    prompt = engine.prefill(engine.encode_prompt(PROMPT))
+    prompt = decoding.prefill(engine.forward, engine.encode_prompt(PROMPT))
     for t in prompt.state.k + prompt.state.v:
         assert t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
-    cache = engine.new_cache()
+    cache = engine.forward.new_cache()
     big = torch.zeros(4, 100)
     assert cache._bytes([big[:1], big[1:2]]) == big.numel() * 4  # one storage, whole, once
 
 
 def test_a_finished_batch_is_released_before_the_next(engine, monkeypatch):
     live = []
-    start = PromptRun.start
+    start = Session.start
 
-    def watch(self, rows, max_len):
-        rollout = start(self, rows, max_len)
+    def watch(self, rows, max_len=None, **options):
+        rollout = start(self, rows, max_len, **options)
         live.append(sum(bool(r.cache.k) for r in self.rollouts))
         return rollout
 
-    monkeypatch.setattr(PromptRun, "start", watch)
+    monkeypatch.setattr(Session, "start", watch)
     result = best_of_n(engine, LogProbReward(), PROMPT, n=12, batch_size=4, memory_budget=2**30, sampling=SAMPLING)
     assert live == [1, 1, 1]
     assert result.tokens["generated"] >= sum(c.num_tokens for c in result.candidates)
@@ -248,7 +248,7 @@ def test_the_sampler_stays_within_its_copies(engine, params):
     rows = 64
     hidden = torch.randn(rows, engine.config.hidden_size)
     with PeakMemory("cpu") as meter:
-        engine.sample(hidden, params, torch.Generator().manual_seed(0))
+        decoding.sample(engine.forward, hidden, params, torch.Generator().manual_seed(0), engine.sample_chunk_rows)
     # the copies of the logits, plus the sampled tokens and log-probs (int64 and fp32, and their cat)
     assert meter.peak_bytes <= sampler_copies(params) * rows * engine.config.vocab_size * 4 + rows * 32
 

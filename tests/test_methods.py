@@ -10,12 +10,13 @@ import textwrap
 
 import pytest
 
-from specrej.algorithms import Candidate, memory_guard
 from specrej.cli import main
 from specrej.errors import SpecrejError
 from specrej.io import read_records
 from specrej.methods import Method, Param, built_in, get_method
 from specrej.methods.random_halting import RandomCut
+from specrej.methods.session import Candidate
+from specrej.methods.sr import memory_guard
 from specrej.selection import num_kept
 
 
@@ -41,17 +42,17 @@ def test_built_in_methods_and_their_labels():
     assert methods["sr-adaptive"].setting_name({"delta": 0.05}) == "delta0.05"
 
 
-def test_resolve_fills_defaults_and_refuses_what_the_method_does_not_take():
+def test_check_fills_defaults_and_refuses_what_the_method_does_not_take():
     sr = get_method("sr")
-    assert sr.resolve({"alpha": 0.5}) == {"alpha": 0.5, "batch_size": None, "min_tokens": 8, "max_init_batch": 1000,
+    assert dict(sr.check({"alpha": 0.5})) == {"alpha": 0.5, "batch_size": None, "min_tokens": 8, "max_init_batch": 1000,
                                           "decision_tokens": []}
     with pytest.raises(SpecrejError, match=r"^sr \(speculative rejection\) takes no parameter 'n' \(its parameters: "
                                            r"alpha, batch_size, min_tokens, max_init_batch, decision_tokens\)$"):
-        sr.resolve({"alpha": 0.5, "n": 4})
+        sr.check({"alpha": 0.5, "n": 4})
     with pytest.raises(SpecrejError, match=r"^--alpha must be in \[0, 1\), got 1.0$"):
-        sr.resolve({"alpha": 1.0})
+        sr.check({"alpha": 1.0})
     with pytest.raises(SpecrejError, match=r"^--alpha is required for speculative rejection"):
-        sr.resolve({})
+        sr.check({})
 
 
 @pytest.mark.parametrize("param, text, value", [
@@ -97,22 +98,35 @@ def test_a_python_method_spec_must_name_a_method(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------
 
 OUTSIDE_METHOD = textwrap.dedent('''
-    """Best of `budget` responses, and only the first `keep` of them scored: a toy method."""
-    from specrej.algorithms import best_of_n
-    from specrej.methods import Method, Param
+    """Prefix top-k: sample `n` responses together, score their first `at` tokens, and finish only
+    the `keep` best prefixes: a method of its own, written against the Session alone."""
+    from specrej.methods import Display, Method, Param
+    from specrej.methods.session import Round
 
 
-    def run(engine, reward, prompt, *, sampling, seed, memory_budget, measure_memory, budget, keep):
-        result = best_of_n(engine, reward, prompt, n=budget, sampling=sampling, seed=seed,
-                           memory_budget=memory_budget, measure_memory=measure_memory)
-        for candidate in result.candidates[keep:]:
-            candidate.complete = False  # not a finalist
-        return result
+    def run(session, params):
+        rollout = session.start(params.n)
+        session.decode(rollout, until=[params.at])
+        if rollout.num_rows:  # some rows still live at token `at`
+            live = session.live(rollout)
+            scores = session.score_partial(live)
+            ranked = sorted(zip(live, scores), key=lambda pair: (-pair[1], pair[0].id))
+            going_on, halted = ranked[:params.keep], ranked[params.keep:]
+            index = session.record_round(Round(
+                decision_token=rollout.length, batch_before=len(live), batch_after=len(going_on), ranked=len(live),
+                kept=len(going_on), accepted=len(going_on), cutoff=going_on[-1][1], memory_guard_halted=0,
+                rule={"rule": "prefix-top-k", "measures": {"kept": len(going_on)}}))
+            session.halt(rollout, [c for c, _ in halted], index)
+            session.decode(rollout)
+        return {"n": params.n, "at": params.at, "keep": params.keep}
 
 
-    FIRST_K = Method(name="first-k", description="first k of a budget", run=run,
-                     params=(Param("budget", "int", required=True, low=1), Param("keep", "int", default=1, low=1)),
-                     label=lambda p: f"First {p['keep']} of {p['budget']}", setting_keys=("budget", "keep"))
+    PREFIX_TOP_K = Method(
+        name="prefix-top-k", description="prefix top-k", run=run,
+        params=(Param("n", "int", required=True, low=1), Param("at", "int", default=4, low=1),
+                Param("keep", "int", default=2, low=1)),
+        label=lambda p: f"Top {p['keep']} of {p['n']}", display=Display(name="Prefix top-k", color="#b15928"),
+        setting_keys=("n", "keep"))
 ''')
 
 
@@ -121,22 +135,32 @@ def test_a_method_from_outside_the_project_runs_through_the_cli(generator_dir, p
     (tmp_path / "outside_method.py").write_text(OUTSIDE_METHOD)
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "first.jsonl"
-    assert generate(generator_dir, prompts_file, out, "--method", "python:outside_method:FIRST_K",
-                    "--param", "budget=3", "--param", "keep=2") == 0
+    monkeypatch.setenv("SPECREJ_MEASURE_MEMORY", "0")
+    assert generate(generator_dir, prompts_file, out, "--method", "python:outside_method:PREFIX_TOP_K",
+                    "--param", "n=6", "--param", "keep=2", "--reward", "python:toy_rewards:letter_e") == 0
     records = read_records(out)
     assert len(records) == 3
     for record in records:
-        assert record["method"] == "first-k"
-        assert record["params"]["setting"] == {"method": "first-k", "params": {"budget": 3, "keep": 2},
-                                               "label": "First 2 of 3"}
-        assert len(record["candidates"]) == 3 and record["best"]["candidate_id"] in (0, 1)
+        assert record["method"] == "prefix-top-k" and "error" not in record
+        assert record["params"]["setting"] == {"method": "prefix-top-k", "params": {"n": 6, "at": 4, "keep": 2},
+                                               "label": "Top 2 of 6"}
+        assert record["params"]["display"] == {"name": "Prefix top-k", "color": "#b15928", "marker": "o",
+                                               "reference": False}
+        assert len(record["candidates"]) == 6 and record["flops"]["total"] > 0
+        if record["rounds"]:
+            decision = record["rounds"][0]
+            halted = [c for c in record["candidates"] if c["halted_round"] == 0]
+            assert decision["decision_token"] == 4 and len(halted) == decision["batch_before"] - 2
+            # the two best prefixes went on: every halted prefix scores at most the lowest kept one
+            assert all(c["num_tokens"] == 4 for c in halted)
+            assert all(c["text"].count("e") / max(1, len(c["text"])) <= decision["cutoff"] for c in halted)
     # its parameters are checked by its own declaration
-    assert generate(generator_dir, prompts_file, tmp_path / "bad.jsonl", "--method", "python:outside_method:FIRST_K",
-                    "--param", "budget=0") == 2
-    assert capsys.readouterr().err.strip().endswith("--param budget must be >= 1, got 0")
-    assert generate(generator_dir, prompts_file, tmp_path / "bad.jsonl", "--method", "python:outside_method:FIRST_K",
-                    "--param", "budget=2", "--param", "beam=4") == 2
-    assert "first-k (first k of a budget) takes no parameter 'beam'" in capsys.readouterr().err
+    assert generate(generator_dir, prompts_file, tmp_path / "bad.jsonl", "--method",
+                    "python:outside_method:PREFIX_TOP_K", "--param", "n=0") == 2
+    assert capsys.readouterr().err.strip().endswith("--param n must be >= 1, got 0")
+    assert generate(generator_dir, prompts_file, tmp_path / "bad.jsonl", "--method",
+                    "python:outside_method:PREFIX_TOP_K", "--param", "n=2", "--param", "beam=4") == 2
+    assert "prefix-top-k (prefix top-k) takes no parameter 'beam'" in capsys.readouterr().err
     assert not (tmp_path / "bad.jsonl").exists()
 
 
@@ -275,6 +299,56 @@ def test_records_carry_the_setting_and_a_digest_of_every_output_setting(generato
 
     text = json.dumps(settings, sort_keys=True, separators=(",", ":"))
     assert params["settings_digest"] == hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+BROKEN_METHOD = textwrap.dedent('''
+    from specrej.methods import Method, Param, get_method
+
+    BON = get_method("bon")
+    calls = []
+
+
+    def run(session, params):
+        calls.append(session.prompt)
+        if len(calls) in params.fail_on:
+            raise RuntimeError("a bug in this method\\nsecond line")
+        return BON.run(session, BON.check({"n": 2}))
+
+
+    SOMETIMES = Method(name="sometimes", description="fails on some calls", run=run,
+                       params=(Param("fail_on", "ints", default=()),), label=lambda p: "sometimes")
+''')
+
+
+def test_a_method_that_raises_fails_its_prompt_alone(generator_dir, prompts_file, tmp_path, monkeypatch, capsys):
+    (tmp_path / "broken_method.py").write_text(BROKEN_METHOD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run.jsonl"
+    run = ["--method", "python:broken_method:SOMETIMES", "--param", "fail_on=2"]
+    assert generate(generator_dir, prompts_file, out, *run) == 1  # a prompt failed: non-zero at the end
+    err = capsys.readouterr().err
+    records = read_records(out)
+    assert [("error" in r) for r in records] == [False, True, False]  # the third prompt still ran
+    assert records[1]["error"] == "sometimes failed: RuntimeError: a bug in this method"
+    assert "Traceback" not in err and "1 of 3 prompts failed (1)" in err and "--retry-failed" in err
+    assert "Traceback" in (tmp_path / "run.jsonl.log").read_text()  # the traceback goes to the log
+    # a rerun keeps the error record; --retry-failed runs that prompt again (now the method works)
+    assert generate(generator_dir, prompts_file, out, *run) == 1
+    assert generate(generator_dir, prompts_file, out, *run, "--retry-failed") == 0
+    assert [("error" in r) for r in read_records(out)] == [False, False, False]
+
+
+def test_a_method_that_raises_on_every_prompt_stops_early_with_one_line(generator_dir, tmp_path, monkeypatch, capsys):
+    (tmp_path / "always_broken.py").write_text(BROKEN_METHOD)  # a module of its own: its own call count
+    monkeypatch.syspath_prepend(str(tmp_path))
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("".join(f"Prompt number {i}.\n" for i in range(6)))
+    out = tmp_path / "run.jsonl"
+    assert generate(generator_dir, prompts, out, "--method", "python:always_broken:SOMETIMES",
+                    "--param", "fail_on=1,2,3,4,5,6") == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("specrej")]
+    assert len(lines) == 1 and "on each of the first 3 prompts; stopping" in lines[0], lines
+    assert len(read_records(out)) == 3  # the three error records are kept; prompts 4-6 never ran
 
 
 def test_python_api_runs_a_method_object(generator_dir):

@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 
+from specrej import decoding
+
 from specrej.methods.st_bon import (
     coe_features,
     consistency_scores,
@@ -111,7 +113,11 @@ def test_identical_first_and_last_states_stay_finite():
 # -- the method on the engine (the tiny random generator) -------------------------------------------
 from specrej import SamplingParams, best_of_n, load_engine, load_reward  # noqa: E402
 from specrej.flops import ModelShape, record_flops  # noqa: E402
-from specrej.methods.st_bon import self_truncation_best_of_n  # noqa: E402
+from specrej.api import run_one  # noqa: E402
+
+
+def self_truncation_best_of_n(engine, reward, prompt, **params):
+    return run_one(engine, reward, prompt, method="st-bon", **params)
 
 PROMPT = "Write a poem about the sea."
 BIG = 2**30
@@ -138,7 +144,7 @@ def test_layer_states_are_transformers_hidden_states_and_change_no_token(no_stop
     params = SamplingParams(max_new_tokens=6)
     runs = []
     for collect in (False, True):
-        prompt = engine.prefill(prompt_ids, layer_states=collect)
+        prompt = decoding.prefill(engine.forward, prompt_ids, layer_states=collect)
         rollout = engine.rollout(prompt, 3, 6, params, torch.Generator().manual_seed(1))
         rollout.collect_layer_states = collect
         for _ in range(4):
@@ -156,7 +162,7 @@ def test_the_fallback_gives_the_same_layer_states(tiny_model_dir):
     engine = load_engine(str(tiny_model_dir("gemma2")), dtype="float32")
     assert engine.forward_kind == "hf"
     prompt_ids = engine.encode_prompt(PROMPT)
-    prompt = engine.prefill(prompt_ids, layer_states=True)
+    prompt = decoding.prefill(engine.forward, prompt_ids, layer_states=True)
     rollout = engine.rollout(prompt, 2, 4, SamplingParams(max_new_tokens=4), torch.Generator().manual_seed(0))
     rollout.collect_layer_states = True
     rollout.step()
@@ -185,7 +191,7 @@ def test_the_vote_recomputed_from_transformers_hidden_states(no_stop_engine):
                                        memory_budget=BIG, sampling=sampling, seed=seed)
     rule = result.rounds[0].rule
     prompt_ids = engine.encode_prompt(PROMPT)
-    rollout = engine.rollout(engine.prefill(prompt_ids), n, 24, sampling, torch.Generator().manual_seed(seed))
+    rollout = engine.rollout(decoding.prefill(engine.forward, prompt_ids), n, 24, sampling, torch.Generator().manual_seed(seed))
     c = None
     while c is None or rollout.length < c + max(1, int(c)) - 1:
         rollout.step()

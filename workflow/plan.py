@@ -358,7 +358,7 @@ def method_settings(config: dict) -> dict[tuple[str, str], dict]:
         keys = list(entry.get("grid", {}))
         for values in itertools.product(*(entry["grid"][key] for key in keys)):
             params = dict(zip(keys, values))
-            runs[(method.name, method.setting_name(method.resolve(params)))] = {"spec": entry["name"],
+            runs[(method.name, method.setting_name(method.check(params)))] = {"spec": entry["name"],
                                                                                 "params": params}
     return runs
 
@@ -746,7 +746,7 @@ def _method_summaries(config: dict, jobs: Plan) -> list[str]:
     by_method = {}
     for (name, _), run in method_settings(config).items():
         method = get_method(run["spec"])
-        by_method.setdefault(name, []).append(method.label(method.resolve(run["params"])))
+        by_method.setdefault(name, []).append(method.label(method.check(run["params"])))
     adaptive = [f"SR δ={fmt_alpha(delta)}" for delta in jobs.adaptive_deltas]
     return [ladder] + [_compact(labels) for labels in [*by_method.values(), adaptive] if labels]
 

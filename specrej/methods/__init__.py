@@ -1,8 +1,11 @@
-"""Decoding methods behind one interface (`base.Method`): Best-of-N, Speculative Rejection with
-the alpha cut (`sr`) and the adaptive cut (`sr-adaptive`), the random-halting control
-(`sr-random`), and any method from outside the project as python:module:attribute."""
+"""Decoding methods behind one interface: each module holds one method's algorithm and its
+declaration (`base.Method`), and runs a prompt through a `session.Session`. Built in: Best-of-N
+(`bon`), Speculative Rejection (`sr`), SR with the adaptive cut (`sr-adaptive`), the
+random-halting control (`sr-random`), ST-BoN (`st-bon`); any method from outside the project as
+python:module:attribute. Torch-free at import (the workflow reads declarations)."""
 
-from .base import Method, Param, canonical, file_digest, settings_digest
+from .base import Display, Method, Param, Params, canonical, file_digest, settings_digest
 from .registry import built_in, get_method, register
 
-__all__ = ["Method", "Param", "built_in", "canonical", "file_digest", "get_method", "register", "settings_digest"]
+__all__ = ["Display", "Method", "Param", "Params", "built_in", "canonical", "file_digest", "get_method", "register",
+           "settings_digest"]

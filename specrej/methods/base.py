@@ -1,10 +1,11 @@
-"""What a decoding method declares: its name, its parameters (type, default, range) and a label;
-its `run` over the engine for one prompt returns the `algorithms.Result` every method returns.
+"""What a decoding method declares: its name, its parameters (type, default, range), how its
+settings are named and shown, and its `run`, which holds the algorithm for one prompt:
 
-    run(engine, reward, prompt, *, sampling, seed, memory_budget, measure_memory, **params) -> Result
+    run(session: Session, params: Params) -> dict   # the method's own record params
 
-`params` are the method's own, checked against its declaration (`Method.resolve`) before any
-model loads, so a bad value fails with one message naming the method and the parameter.
+`Method.check` turns given values (CLI, API or config alike) into the one typed `Params` value,
+before any model loads, so a bad value fails with one message naming the option. The `Session`
+(methods/session.py) does the book-keeping; torch-free here, so the workflow can read declarations.
 """
 
 from __future__ import annotations
@@ -13,18 +14,13 @@ import hashlib
 import json
 import math
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import SpecrejError
+from ..errors import SpecrejError, shown
 
 TYPES = ("int", "float", "str", "bool", "ints", "path")
-
-
-def _shown(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 @dataclass(frozen=True)
@@ -46,6 +42,7 @@ class Param:
     choices: tuple[str, ...] = ()
     help: str = ""
     flag: str | None = None
+    read: Callable[[str], object] | None = None  # "path": what the run needs from the file, read once by `check`
 
     def __post_init__(self):
         if self.type not in TYPES:
@@ -87,7 +84,7 @@ class Param:
         except ValueError:
             kind = {"int": "an integer", "float": "a number", "bool": "true or false",
                     "ints": "comma-separated integers such as 8,16,32"}[self.type]
-            raise SpecrejError(f"{self.option} must be {kind}, got {_shown(text)}") from None
+            raise SpecrejError(f"{self.option} must be {kind}, got {shown(text)}") from None
         return text
 
     def check(self, value, method: str):
@@ -100,19 +97,19 @@ class Param:
             return None
         if self.type == "ints":
             if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-                raise SpecrejError(f"{self.option} must be a list of integers{where}, got {_shown(value)}")
+                raise SpecrejError(f"{self.option} must be a list of integers{where}, got {shown(value)}")
             return [self._number(item, where, integral=True) for item in value]
         if self.type in ("int", "float"):
             return self._number(value, where, integral=self.type == "int")
         if self.type == "bool":
             if not isinstance(value, bool):
-                raise SpecrejError(f"{self.option} must be true or false{where}, got {_shown(value)}")
+                raise SpecrejError(f"{self.option} must be true or false{where}, got {shown(value)}")
             return value
         if not isinstance(value, (str, Path)):
-            raise SpecrejError(f"{self.option} must be a string{where}, got {_shown(value)}")
+            raise SpecrejError(f"{self.option} must be a string{where}, got {shown(value)}")
         value = str(value)
         if self.choices and value not in self.choices:
-            raise SpecrejError(f"{self.option} must be {self.range_text()}{where}, got {_shown(value)}")
+            raise SpecrejError(f"{self.option} must be {self.range_text()}{where}, got {shown(value)}")
         if self.type == "path" and not Path(value).is_file():
             raise SpecrejError(f"{self.option}: file not found: {value}")
         return value
@@ -122,10 +119,10 @@ class Param:
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or (
                 integral and not isinstance(value, numbers.Integral)):
             bounds = f" {self.range_text()}" if self.range_text() else ""
-            raise SpecrejError(f"{self.option} must be {kind}{bounds}, got {_shown(value)}")
+            raise SpecrejError(f"{self.option} must be {kind}{bounds}, got {shown(value)}")
         if not math.isfinite(value) or (self.low is not None and (value < self.low or (self.low_open and value == self.low))) \
                 or (self.high is not None and (value > self.high or (self.high_open and value == self.high))):
-            raise SpecrejError(f"{self.option} must be {self.range_text() or 'finite'}{where}, got {_shown(value)}")
+            raise SpecrejError(f"{self.option} must be {self.range_text() or 'finite'}{where}, got {shown(value)}")
         return int(value) if integral else float(value)
 
     def describe(self) -> dict:
@@ -135,6 +132,51 @@ class Param:
             ("range", self.range_text()), ("help", self.help)) if value not in ("", None) or key == "default"}
 
 
+class Params(Mapping):
+    """A method's checked parameters: `params.alpha` or `params["alpha"]`, JSON-ready values (what
+    the record holds); `params.loaded[name]`: what a file parameter's `read` made of its file."""
+
+    def __init__(self, values: Mapping, loaded: Mapping | None = None):
+        object.__setattr__(self, "_values", dict(values))
+        object.__setattr__(self, "loaded", dict(loaded or {}))
+
+    def __getitem__(self, name: str):
+        return self._values[name]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, name: str):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"no parameter {name!r}") from None
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Params are read-only: use replace()")
+
+    def replace(self, **changes) -> Params:
+        return Params({**self._values, **changes}, self.loaded)
+
+    def __repr__(self) -> str:
+        return f"Params({self._values!r})"
+
+
+@dataclass(frozen=True)
+class Display:
+    """How a method's settings are shown in tables and figures: the family's display name, its
+    colour and marker, and whether it is the reference every other method is measured against
+    (Best-of-N). Written into each record (params.display), so analysis needs no registry."""
+
+    name: str
+    color: str
+    marker: str = "o"
+    reference: bool = False
+
+
 @dataclass(frozen=True)
 class Method:
     """A decoding method behind one interface (see the module docstring).
@@ -142,9 +184,9 @@ class Method:
     `label(params)` names a setting in tables and legends ("SR α=0.5"). `batch_param` names the
     parameter that holds the batch size: on out-of-memory the prompt is retried with half the
     batch that failed there. `record_method` is the record's top-level `method` (default: the
-    name); the methods of one family may share it, as the SR cut rules share "sr". `load`
-    turns checked parameters into `run`'s keyword arguments once per run file (e.g. reads a
-    fit file); by default they go as they are.
+    name); the methods of one family may share it, as the SR cut rules share "sr".
+    `setting_keys` name a setting in file names (workflow run files); `step_seconds` is the
+    workflow's time estimate per prompt and decode step at the study's sizes.
     """
 
     name: str
@@ -152,10 +194,11 @@ class Method:
     params: tuple[Param, ...]
     run: Callable
     label: Callable[[Mapping], str]
+    display: Display | None = None
     batch_param: str | None = None
     record_method: str | None = None
-    load: Callable[[Mapping], dict] | None = None
     setting_keys: tuple[str, ...] = field(default=())
+    step_seconds: float | None = None
 
     def param(self, name: str) -> Param:
         for param in self.params:
@@ -170,22 +213,31 @@ class Method:
     def param_names(self) -> str:
         return ", ".join(p.name for p in self.params) or "none"
 
-    def resolve(self, given: Mapping) -> dict:
-        """Every declared parameter, given or default, checked; an unknown one is refused."""
+    def check(self, given: Mapping) -> Params:
+        """The one check: every declared parameter, given (None: not given) or default, checked
+        against its declaration, and each file parameter's file read once; an unknown one is refused."""
+        if isinstance(given, Params):
+            return given
+        given = {k: (list(v) if isinstance(v, Iterator) else v) for k, v in given.items() if v is not None}
         unknown = [name for name in given if name not in {p.name for p in self.params}]
         if unknown:
             raise self._unknown(unknown[0])
-        return {p.name: p.check(given.get(p.name, p.default), self.description) for p in self.params}
+        values = {p.name: p.check(given.get(p.name, p.default), self.description) for p in self.params}
+        loaded = {p.name: p.read(values[p.name]) for p in self.params if p.read and values[p.name] is not None}
+        return Params(values, loaded)
 
-    def kwargs(self, params: Mapping) -> dict:
-        return dict(self.load(params)) if self.load else dict(params)
+    def display_record(self) -> dict:
+        """params.display of this method's records."""
+        display = self.display or Display(name=self.name, color="")
+        return {"name": display.name, "color": display.color, "marker": display.marker,
+                "reference": display.reference}
 
     def setting_name(self, params: Mapping) -> str:
         """A file-name form of the setting (workflow run files): the `setting_keys` values, e.g.
         alpha0.5; a digest of the parameters when the method names none."""
         if self.setting_keys:
             return "-".join(f"{key}{_file_value(params[key])}" for key in self.setting_keys)
-        return "p" + settings_digest(params)[:10]
+        return "p" + settings_digest(dict(params))[:10]
 
 
 def _file_value(value) -> str:

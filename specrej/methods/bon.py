@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from .base import Method, Param
+from ..errors import SpecrejError
+from .base import Display, Method, Param
 from .registry import register
+from .session import Session
 
 
-def run(engine, reward, prompt, *, sampling, seed, memory_budget, measure_memory, n, batch_size):
-    from ..algorithms import best_of_n
-
-    return best_of_n(engine, reward, prompt, n=n, batch_size=batch_size, memory_budget=memory_budget,
-                     sampling=sampling, seed=seed, measure_memory=measure_memory)
+def best_of_n(session: Session, params) -> dict:
+    """Sample n responses in batches (the largest that fits the memory budget unless given),
+    each batch's cache freed before the next is allocated; every complete response is scored
+    (`Session.finish`) and the best is the answer."""
+    max_new_tokens = session.sampling.max_new_tokens
+    fits = session.rows_that_fit(max_new_tokens)
+    batch_size = params.batch_size or min(params.n, fits)
+    if batch_size > fits:
+        raise SpecrejError(f"a batch of {batch_size} x {max_new_tokens} tokens does not fit the memory "
+                           f"budget ({fits} rows fit); lower the batch size or raise the budget")
+    for start in range(0, params.n, batch_size):
+        rollout = session.start(min(batch_size, params.n - start), max_new_tokens)
+        session.decode(rollout)
+    return {"n": params.n, "batch_size": batch_size}
 
 
 BEST_OF_N = register(Method(
@@ -21,8 +32,10 @@ BEST_OF_N = register(Method(
         Param("batch_size", "int", low=1, flag="--batch-size",
               help="responses per batch (default: the largest that fits the memory budget)"),
     ),
-    run=run,
+    run=best_of_n,
     label=lambda params: f"Bo{params['n']}",
+    display=Display(name="Best-of-N", color="#fc8d62", marker="o", reference=True),
     batch_param="batch_size",
     setting_keys=("n",),
+    step_seconds=0.093,  # a shard of 16 rows per prompt and new token (5.81 ms per row)
 ))

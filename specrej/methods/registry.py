@@ -20,9 +20,20 @@ def register(method: Method) -> Method:
     return method
 
 
-def built_in() -> dict[str, Method]:
-    from . import bon, random_halting, sr, st_bon  # noqa: F401 (each registers its methods)
+# the package's modules that declare no method
+_NOT_METHODS = {"base", "registry", "session"}
 
+
+def built_in() -> dict[str, Method]:
+    """Every method of the package's modules (each registers its own at import: adding a method
+    is adding its module)."""
+    import pkgutil
+
+    from .. import methods
+
+    for module in pkgutil.iter_modules(methods.__path__):
+        if module.name not in _NOT_METHODS and not module.name.startswith("_"):
+            importlib.import_module(f"{methods.__name__}.{module.name}")
     return dict(sorted(_BUILT_IN.items()))
 
 

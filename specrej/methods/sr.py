@@ -1,11 +1,73 @@
-"""Speculative Rejection (Algorithm 1, `algorithms.speculative_rejection`) with its two cut
-rules: the paper's alpha cut (eq. 4-5), and the adaptive cut (paper §6, `adaptive.AdaptiveCut`)."""
+"""Speculative Rejection, Algorithm 1 of Sun et al. (2024) with eq. 3-6, and the `sr` method (the
+paper's alpha cut, eq. 4-5). Its schedule takes any cut rule (`selection.Cut`): the random-halting
+control (`random_halting.py`) and the adaptive cut (`sr_adaptive.py`) run it with theirs."""
 
 from __future__ import annotations
 
-from ..selection import DEFAULT_MAX_INIT_BATCH
-from .base import Method, Param
+from collections.abc import Sequence
+
+from ..errors import SpecrejError
+from ..selection import DEFAULT_MAX_INIT_BATCH, AlphaCut, Cut
+from .base import Display, Method, Param
 from .registry import register
+from .session import Candidate, Round, Session
+
+
+def speculative_rejection(session: Session, params, cut: Cut) -> dict:
+    """Algorithm 1. b_init (unless given, `params.batch_size`) is as many rows as the budget holds
+    for `min_tokens` tokens each, at most `max_init_batch`. Generate until the KV cache would
+    overflow the budget: that step is the decision token. Score the batch (live rows and the
+    responses completed since the last decision), cut at r_cut and keep every response scoring
+    >= r_cut (ties included); completed responses join the final set I for good. Repeat until no
+    row is live; the answer is the best of I. `decision_tokens` adds decisions at fixed lengths
+    (for studies). With alpha = 0 and b_init = N this is exactly Best-of-N."""
+    b_init = params.batch_size or min(params.max_init_batch, session.rows_that_fit(params.min_tokens))
+    if b_init < 1 or b_init * params.min_tokens > session.capacity:
+        raise SpecrejError(f"an initial batch of {b_init} does not fit {params.min_tokens} tokens each in the memory "
+                           f"budget ({session.capacity} tokens of KV); lower the batch size or raise the budget")
+    rollout = session.start(b_init)  # lines 2-3
+    while rollout.num_rows:  # line 4: b > 0
+        session.decode(rollout, until=params.decision_tokens)  # line 5: until memory runs short
+        if not rollout.num_rows:
+            break
+        batch = round_batch(session, rollout)  # line 6, eq. 3: live rows and newly completed responses
+        ids, scores = [c.id for c in batch], [c.round_scores[-1] for c in batch]
+        keep, why = cut(ids, scores, rollout.length)  # eq. 4-5: every score >= r_cut
+        # line 7: completed responses are already in I. Memory guard: if the cut freed too little,
+        # the survivors the cut ranks lowest that cannot take one more token are halted too.
+        room = session.rows_that_fit(rollout.length + 1) if rollout.needs_room else None
+        going_on, guard = memory_guard([c for c, ok in zip(batch, keep) if ok and not c.complete],
+                                       dict(zip(ids, cut.priority(ids, scores))), room)
+        index = session.record_round(Round(
+            decision_token=rollout.length, batch_before=rollout.num_rows, batch_after=len(going_on), ranked=len(batch),
+            kept=why.get("kept", sum(keep)), accepted=sum(keep), cutoff=why["cutoff"],
+            memory_guard_halted=len(guard), rule=why))
+        going_on_ids = {c.id for c in going_on}
+        session.halt(rollout, [c for c in batch if not c.complete and c.id not in going_on_ids], index)
+    return {"alpha": params.alpha, "init_batch_size": b_init, "max_init_batch": params.max_init_batch,
+            "min_tokens": params.min_tokens, "decision_tokens": sorted(set(params.decision_tokens)),
+            "rejection": cut.describe()}
+
+
+def round_batch(session: Session, rollout) -> list[Candidate]:
+    """Eq. 3's batch, best first: the live rows' partial responses and the responses completed
+    since the last round (scored once, at their final length: that score is their partial one)."""
+    live = session.live(rollout)
+    completed = [c for c in session.candidates if c.complete and c.final_score is None]
+    session.score_final(completed)
+    for c, score in zip(live, session.score_partial(live)):
+        c.round_scores.append(score)
+    for c in completed:
+        c.round_scores.append(c.final_score)
+    return sorted(live + completed, key=lambda c: (-c.round_scores[-1], c.id))
+
+
+def memory_guard(going_on: Sequence[Candidate], priority: dict[int, float], room: int | None
+                 ) -> tuple[list[Candidate], list[Candidate]]:
+    """The rows a cut let go on, split into those that fit `room` more rows (None: all) and those
+    halted because they do not: the lowest `priority` are halted first (ties: the highest id)."""
+    order = sorted(going_on, key=lambda c: (-priority[c.id], c.id))
+    return (order, []) if room is None else (order[:room], order[room:])
 
 
 def schedule_params() -> tuple[Param, ...]:
@@ -22,73 +84,22 @@ def schedule_params() -> tuple[Param, ...]:
     )
 
 
-def run_schedule(engine, reward, prompt, *, sampling, seed, memory_budget, measure_memory, alpha, batch_size,
-                 min_tokens, max_init_batch, decision_tokens, cut=None):
-    """SR's schedule with `cut` deciding each round (None: the alpha cut)."""
-    from ..algorithms import speculative_rejection
-
-    return speculative_rejection(engine, reward, prompt, alpha=alpha, init_batch_size=batch_size,
-                                 memory_budget=memory_budget, sampling=sampling, seed=seed, min_tokens=min_tokens,
-                                 max_init_batch=max_init_batch, decision_tokens=decision_tokens,
-                                 measure_memory=measure_memory, cut=cut)
-
-
 ALPHA = Param("alpha", "float", required=True, low=0, high=1, high_open=True, flag="--alpha",
               help="the fraction of responses halted at each decision token, in [0, 1)")
+
+
+def run(session: Session, params) -> dict:
+    return speculative_rejection(session, params, AlphaCut(params.alpha))
+
 
 SPECULATIVE_REJECTION = register(Method(
     name="sr",
     description="speculative rejection",
     params=(ALPHA, *schedule_params()),
-    run=run_schedule,
+    run=run,
     label=lambda params: f"SR α={params['alpha']:g}",
+    display=Display(name="SR", color="#66c2a5", marker="o"),
     batch_param="batch_size",
     setting_keys=("alpha",),
-))
-
-
-def _load_fit(params) -> dict:
-    """The fit file read once per run file: final on partial reward per decision token."""
-    kwargs = {key: value for key, value in params.items() if key != "fit"}
-    kwargs["fits"] = None
-    if params["fit"]:
-        import pandas as pd
-
-        from ..adaptive import fit_from_prefix_table
-        from ..errors import SpecrejError
-
-        try:
-            kwargs["fits"] = fit_from_prefix_table(pd.read_parquet(params["fit"]))
-        except (OSError, ValueError, KeyError) as error:
-            raise SpecrejError(f"--fit {params['fit']}: cannot fit from it ({error})") from error
-    return kwargs
-
-
-def run_adaptive(engine, reward, prompt, *, alpha, delta, fits, **schedule):
-    from ..adaptive import AdaptiveCut
-
-    # a fresh rule per call: its online estimate is per prompt (and per out-of-memory retry)
-    return run_schedule(engine, reward, prompt, alpha=alpha, cut=AdaptiveCut(delta, fits, fallback_alpha=alpha),
-                        **schedule)
-
-
-ADAPTIVE = register(Method(
-    name="sr-adaptive",
-    description="speculative rejection with the adaptive cut",
-    params=(
-        Param("delta", "float", default=0.05, low=0, high=0.5, flag="--delta",
-              help="the chance, per round and under the fitted model, of halting the row that would end best"),
-        Param("alpha", "float", default=0.5, low=0, high=1, high_open=True, flag="--alpha",
-              help="the fixed-alpha cut of rounds without a fit"),
-        Param("fit", "path", flag="--fit",
-              help="a prefix table of this generator/reward pair to fit final on partial reward per decision token "
-                   "(default: an online estimate per prompt)"),
-        *schedule_params(),
-    ),
-    run=run_adaptive,
-    label=lambda params: f"SR δ={params['delta']:g}",
-    batch_param="batch_size",
-    record_method="sr",
-    load=_load_fit,
-    setting_keys=("delta",),
+    step_seconds=0.139,  # b_init 128 at the default study's sizes: 191.7-229.3 s at alpha 0.9-0.5
 ))

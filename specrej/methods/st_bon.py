@@ -8,8 +8,8 @@ model is used.
 
 The pure functions below mirror `STBoNEarlyStopCriteria` (the truncation point and window) and
 `CoECalculator` (features and scores) of the official code (Alsace08/ST-BoN, decoders.py), with
-the same clamps and epsilons; `SelfTruncation` is its stage 2 run alongside the decode loop, and
-`self_truncation_best_of_n` the method on this engine. Where it departs from the official code:
+the same clamps and epsilons; `SelfTruncation` is its stage 2, fed step by step, and
+`self_truncation_best_of_n` the method on a `Session`. Where it departs from the official code:
 
 - the hidden states come from the engine's forward pass in its dtype (bf16 on the default CPU
   config) and are summed in float32, as the official code casts them; the running mean is a
@@ -24,7 +24,7 @@ the same clamps and epsilons; `SelfTruncation` is its stage 2 run alongside the 
 - on a memory budget (the study's simulated device; the official code has none) the KV of N
   rows may fill before c + tau: `when_full` "vote" votes there, over the last tau steps so far
   (as the official code does when generation ends early), "fail" refuses the prompt;
-- the running sums are held beside the KV budget: the record's memory_margin_bytes counts them.
+- the running sums are held beside the KV budget (`Session.reserve`): the record's memory_margin_bytes counts them.
 """
 
 from __future__ import annotations
@@ -34,12 +34,11 @@ from collections.abc import Collection, Sequence
 
 import torch
 
-from ..algorithms import PromptRun, Round, measured_memory
-from ..decoding import Rollout, RowOutput
+from ..decoding import Rollout
 from ..errors import SpecrejError
-from ..sampling import SamplingParams
-from .base import Method, Param
+from .base import Display, Method, Param
 from .registry import register
+from .session import Candidate, Round, Session
 
 _NORM_EPS = 1e-8
 _COS_EPS = 1e-7
@@ -132,10 +131,11 @@ class SelfTruncation:
         means = self.sums / self.counts[None, :, None]
         return vote(consistency_scores(coe_features(means)))
 
-    def observe(self, rollout: Rollout, finished: list[RowOutput]) -> bool:
-        """Take the step just made; True once the votes up to step c + tau - 1 are in."""
+    def observe(self, rollout: Rollout, completed: list[Candidate]) -> bool:
+        """Take the step just made (`completed`: the candidates it completed); True once the votes
+        up to step c + tau - 1 are in."""
         length = rollout.length
-        if self.c is None and (any(o.stopped for o in finished) or (
+        if self.c is None and (any(c.finished for c in completed) or (
                 rollout.num_rows and prefixes_distinct(rollout.tokens[:, :length]))):
             self.c = length
             self.tau, self.stop_step = window(length, self.tau_coeff)
@@ -157,56 +157,40 @@ class SelfTruncation:
                         "stop_step": self.stop_step, "voted_steps": taken, "votes": window_votes, "winner": chosen}
 
 
-@measured_memory
-def self_truncation_best_of_n(engine, reward, prompt: str, *, n: int, tau_coeff: float = 1.0, when_full: str = "vote",
-                              memory_budget: int | None = None, sampling: SamplingParams = SamplingParams(),
-                              seed: int = 0):
+def self_truncation_best_of_n(session: Session, params) -> dict:
     """ST-BoN for one prompt: n rows sampled together until the vote (c + tau - 1 tokens, or
     earlier if they all end or the KV budget fills), the winner continued in place to the end
-    and scored; the losers are halted by the vote (a loser that had already ended is recorded
-    halted too: the final set is the winner alone). The record's one round holds the choice."""
-    if n < 1:
-        raise SpecrejError(f"n must be >= 1, got {n}")
-    run = PromptRun(engine, reward, prompt, sampling, seed, layer_states=True)
-    capacity = run.capacity(memory_budget)
-    if n > capacity:
-        raise SpecrejError(f"ST-BoN's {n} rows do not fit one token each in the memory budget ({capacity} tokens "
-                           "of KV); lower n or raise the budget")
-    rollout = run.start(n, min(sampling.max_new_tokens, capacity // n))
-    rollout.collect_layer_states = True
-    choice = SelfTruncation(n, tau_coeff, run.prefilled.layer_states)
-    run.generate(rollout, capacity, observe=lambda finished: choice.observe(rollout, finished))
+    and scored; the losers are halted by the vote (a loser that had already ended is halted too:
+    the final set is the winner alone). The record's one round holds the choice."""
+    n = params.n
+    if not session.budget.fits(n, 1):
+        raise SpecrejError(f"ST-BoN's {n} rows do not fit one token each in the memory budget ({session.capacity} "
+                           "tokens of KV); lower n or raise the budget")
+    rollout = session.start(n, layer_states=True)
+    choice = SelfTruncation(n, params.tau_coeff, session.prompt_layer_states)
+    session.reserve(choice.state_bytes)
+    while rollout.num_rows and session.has_room(rollout):
+        if choice.observe(rollout, session.step(rollout)):
+            break
     in_window = choice.stop_step is not None and rollout.length >= choice.stop_step - 1
     ended = "window" if in_window else "memory" if rollout.num_rows else "complete"
-    if ended == "memory" and when_full == "fail":
+    if ended == "memory" and params.when_full == "fail":
         raise SpecrejError(f"ST-BoN's {n} rows filled the memory budget at token {rollout.length}, before its vote "
                            f"(c = {choice.c}); lower n, raise the budget, or use when_full=vote")
     chosen, rule = choice.decide()
-    batch_before = rollout.num_rows
-    run.update(rollout.partial_outputs(), complete=False)  # the losers' tokens so far, for the record
-    run.halt(rollout, [run.candidates[i] for i in rollout.candidate_ids.tolist() if i != chosen], 0)
-    for candidate in run.candidates:
-        if candidate.id != chosen and candidate.complete:
-            candidate.complete, candidate.halted_round = False, 0
-    decided_at, going_on = rollout.length, rollout.num_rows
-    rollout.collect_layer_states = False
-    if rollout.num_rows:
-        run.generate(rollout, capacity)
-    result = run.finish("st-bon", {"n": n, "tau_coeff": tau_coeff, "when_full": when_full}, [Round(
-        decision_token=decided_at, batch_before=batch_before, batch_after=going_on, ranked=0, kept=1, accepted=1,
-        cutoff=None, memory_guard_halted=0, rule={
+    batch_before, decided_at = rollout.num_rows, rollout.length
+    session.live(rollout)  # the losers' tokens so far, for the record
+    session.halt(rollout, [c for c in session.candidates if c.id != chosen], len(session.rounds))
+    session.record_round(Round(
+        decision_token=decided_at, batch_before=batch_before, batch_after=rollout.num_rows, ranked=0, kept=1,
+        accepted=1, cutoff=None, memory_guard_halted=0, rule={
             **rule, "ended": ended, "state_bytes": choice.state_bytes,
             # per-prompt numbers the study's decisions table summarises over prompts
             "measures": {"c": choice.c, "tau": choice.tau, "c_plus_tau": choice.stop_step, "vote_token": decided_at,
-                         "memory_ended": ended == "memory"}})])
-    result.memory_margin_bytes += choice.state_bytes
-    return result
-
-
-def run(engine, reward, prompt, *, sampling, seed, memory_budget, measure_memory, n, tau_coeff, when_full):
-    return self_truncation_best_of_n(engine, reward, prompt, n=n, tau_coeff=tau_coeff, when_full=when_full,
-                                     memory_budget=memory_budget, sampling=sampling, seed=seed,
-                                     measure_memory=measure_memory)
+                         "memory_ended": ended == "memory"}}))
+    rollout.collect_layer_states = False
+    session.decode(rollout)
+    return {"n": n, "tau_coeff": params.tau_coeff, "when_full": params.when_full}
 
 
 ST_BON = register(Method(
@@ -219,7 +203,9 @@ ST_BON = register(Method(
         Param("when_full", "str", default="vote", choices=("vote", "fail"),
               help="if the KV budget fills before c + tau: vote on the steps so far, or fail the prompt"),
     ),
-    run=run,
+    run=self_truncation_best_of_n,
     label=lambda params: f"ST-BoN N={params['n']}",
+    display=Display(name="ST-BoN", color="#a6d854", marker="^"),
     setting_keys=("n",),
+    step_seconds=0.081,  # 106.0 s at N=32, 142.7 s at N=128 (24 prompts, 64 new tokens)
 ))

@@ -1,0 +1,419 @@
+"""One prompt's run, as every method sees it: the `Session` does the book-keeping (candidates,
+the KV budget, batches, scoring, halting, decisions, timers, FLOPs, out-of-memory typing) as
+the work happens, and a method only decides (`Method.run(session, params)`). `run_method` runs a
+method on one prompt: memory measurement around it, and out-of-memory retries with half the
+batch. The `Result` it returns is the trajectory record (`Result.to_record`, specrej/io.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import os
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .. import flops
+from ..budget import PeakMemory, TokenBudget, default_memory_budget, format_size, token_capacity
+from ..decoding import Rollout, RowOutput, decode_n_tokens, make_room, prefill
+from ..errors import SpecrejError
+from ..rewards import Response, Reward, finite_scores
+from ..sampling import SamplingParams
+
+
+@dataclass
+class Candidate:
+    id: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    token_logprobs: list[float] = field(default_factory=list)
+    finished: bool = False  # ended with a stop token (EOS)
+    complete: bool = False  # finished or reached max_new_tokens: nothing more will be generated
+    halted_round: int | None = None  # the round that halted it while live (a complete response never is)
+    round_scores: list[float] = field(default_factory=list)  # its score at each round it took part in
+    final_score: float | None = None  # reward of the complete response
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass
+class Round:
+    decision_token: int  # tokens generated per live row when the round was decided
+    batch_before: int  # live (generating) rows before the cut
+    batch_after: int  # live rows that go on
+    ranked: int  # the batch of eq. 3: live rows and the responses completed since the last round (0: no reward used)
+    # the cutoff's rank: the rows the rule keeps before ties at the cutoff. A rank rule sets it (eq. 4:
+    # ceil((1 - alpha) * ranked)); a rule that cuts at a score (the adaptive cut) has none, so it is
+    # the rows at or above that score, = accepted
+    kept: int
+    accepted: int  # scores >= cutoff (eq. 5): kept plus the ties at the cutoff
+    cutoff: float | None  # r_cut (eq. 4), or the adaptive rule's cutoff; None for a reward-free decision
+    memory_guard_halted: int  # accepted live rows halted anyway because they did not fit the budget
+    # the rule's record: which rule, why this cutoff; "measures" (flat numbers) feed the decisions table
+    rule: dict = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    prompt: str
+    method: str
+    params: dict
+    candidates: list[Candidate]
+    rounds: list[Round]
+    timing: dict  # total_s, generate_s (prefill + decode), score_s
+    tokens: dict  # generated (sampled tokens, all rows), scored (response tokens given to the reward)
+    peak_kv_bytes: int  # computed: the peak of the allocated KV cache (its storages), transients included
+    memory_margin_bytes: int = 0  # what the run may allocate beside the KV budget (Engine.memory_margin + the method's)
+    measured_peak_bytes: int | None = None  # measured: budget.PeakMemory around the run (None: not measured)
+    retries: int = 0  # out-of-memory retries with a halved batch (`run_method`); the final batch is in params
+    flops: dict | None = None  # counted as the work happened: prefill, generate, reward, total (None: shape unknown)
+
+    @property
+    def finalists(self) -> list[Candidate]:
+        """The final set I of Algorithm 1: every completed response (a halted row never completes)."""
+        return [c for c in self.candidates if c.complete]
+
+    @property
+    def best(self) -> Candidate | None:
+        """Eq. 6: the finalist with the highest final score (ties: lowest id)."""
+        return max(self.finalists, key=lambda c: (c.final_score, -c.id), default=None)
+
+    @property
+    def worst(self) -> Candidate | None:
+        """The finalist with the lowest final score: with `best`, the reward range eq. 8 divides by."""
+        return min(self.finalists, key=lambda c: (c.final_score, c.id), default=None)
+
+    def to_record(self, prompt_id) -> dict:
+        best, worst = self.best, self.worst
+        candidates = []
+        for c in self.candidates:
+            record = asdict(c)
+            record["token_logprobs"] = [round(x, 5) for x in c.token_logprobs]
+            record["num_tokens"] = c.num_tokens
+            candidates.append(record)
+        return {
+            "prompt_id": prompt_id,
+            "prompt": self.prompt,
+            "method": self.method,
+            "params": self.params,
+            "best": None if best is None else
+            {"candidate_id": best.id, "text": best.text, "score": best.final_score, "num_tokens": best.num_tokens},
+            "worst": None if worst is None else {"candidate_id": worst.id, "score": worst.final_score},
+            "candidates": candidates,
+            "rounds": [asdict(r) for r in self.rounds],
+            "timing": self.timing,
+            "tokens": self.tokens,
+            "peak_kv_bytes": self.peak_kv_bytes,
+            "measured_peak_bytes": self.measured_peak_bytes,
+            "memory_margin_bytes": self.memory_margin_bytes,
+            "retries": self.retries,
+            "flops": self.flops,
+        }
+
+
+class BatchOutOfMemory(Exception):
+    """Out of memory (CUDA, or the host) during a session: `rows` is the first batch it started
+    (None: it failed before any, e.g. in the prefill), `detail` the error in one line."""
+
+    def __init__(self, rows: int | None, detail: str):
+        super().__init__(f"out of memory with a batch of {rows}: {detail}")
+        self.rows, self.detail = rows, detail
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """torch's OutOfMemoryError (CUDA), the host allocator's failure (a RuntimeError from
+    DefaultCPUAllocator) or Python's MemoryError."""
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(error, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(error))
+
+
+def _typed_out_of_memory(step):
+    """A `Session` call whose out-of-memory error becomes `BatchOutOfMemory` with the session's first
+    batch; raised after the except block, so the failed call's frames (its tensors) are gone."""
+
+    @functools.wraps(step)
+    def run_step(self, *args, **kwargs):
+        try:
+            return step(self, *args, **kwargs)
+        except Exception as error:
+            if not is_out_of_memory(error):
+                raise
+            text = str(error).splitlines()[0] if str(error) else ""
+            failure = BatchOutOfMemory(self.first_batch, f"{type(error).__name__}: {text}")
+        raise failure
+
+    return run_step
+
+
+@dataclass(frozen=True)
+class FlopShapes:
+    """The shapes the FLOP count needs: the generator's, and the reward model's (None: the reward
+    runs no model, e.g. the log-prob reward)."""
+
+    generator: flops.ModelShape
+    reward: flops.ModelShape | None
+
+
+class Session:
+    """One prompt's run. A method starts batches (`start`), decodes (`decode`, `step`), scores
+    (`score_partial`, `score_final`), halts rows (`halt`) and records its decisions
+    (`record_round`); the session keeps the candidates, the budget, the timers and the counts.
+    Every complete candidate left without a final score is scored when the run finishes."""
+
+    @_typed_out_of_memory
+    def __init__(self, engine, reward: Reward, prompt: str, sampling: SamplingParams, seed: int,
+                 memory_budget: int | None = None, shapes: FlopShapes | None = None):
+        self.first_batch: int | None = None  # rows of the first batch started (BatchOutOfMemory.rows)
+        if not prompt.strip():
+            raise SpecrejError("empty prompt")
+        self.started = time.perf_counter()
+        self.engine, self.reward, self.prompt, self.sampling, self.seed = engine, reward, prompt, sampling, seed
+        self.shapes = shapes
+        self.prompt_ids = engine.encode_prompt(prompt)
+        engine.check_fits(len(self.prompt_ids), sampling.max_new_tokens)
+        self.memory_budget = memory_budget if memory_budget is not None else default_memory_budget(engine.device)
+        self.budget = TokenBudget(token_capacity(self.memory_budget, engine.kv_bytes_per_token, len(self.prompt_ids),
+                                                 len(engine.layers)))
+        if self.budget.capacity < sampling.max_new_tokens:
+            raise SpecrejError(f"the memory budget of {format_size(self.memory_budget)} holds {self.budget.capacity} "
+                               f"tokens of KV beside the prompt; one response of max_new_tokens="
+                               f"{sampling.max_new_tokens} needs more")
+        self.generator = torch.Generator(device=engine.device).manual_seed(seed)
+        self.candidates: list[Candidate] = []
+        self.rounds: list[Round] = []
+        self.rollouts: list[Rollout] = []  # every batch's, for its counters; a finished one is released
+        self.prefilled = None
+        self.max_rows = 0
+        self.extra_bytes = 0  # memory a method holds beside the KV budget (`reserve`)
+        self.generate_s = self.score_s = 0.0
+        self.scored_lengths: list[int] = []  # response tokens of every response given to the reward
+        self.warned_nonfinite = False
+
+    @property
+    def capacity(self) -> int:
+        """Generated-token slots of KV (rows x tokens) the budget holds beside the prompt."""
+        return self.budget.capacity
+
+    def rows_that_fit(self, length: int) -> int:
+        return self.budget.rows_that_fit(length)
+
+    @property
+    def prompt_layer_states(self) -> torch.Tensor:
+        """The prompt's last token's every-layer states [num_layer_states, hidden] (a batch started
+        with layer_states=True first prefills them)."""
+        if self.prefilled is None or self.prefilled.layer_states is None:
+            raise SpecrejError("start a batch with layer_states=True before reading the prompt's layer states")
+        return self.prefilled.layer_states
+
+    # -- batches and decoding ---------------------------------------------------------------
+    @_typed_out_of_memory
+    def start(self, rows: int, max_len: int | None = None, *, layer_states: bool = False,
+              top_logprobs: int = 0) -> Rollout:
+        """A batch of `rows` new candidates sampling from the prompt, each with room for `max_len`
+        tokens (default: as much as the budget gives each, at most max_new_tokens). The prompt is
+        prefilled once, at the first batch. An earlier batch's cache is freed first: start a batch
+        once the one before is done. `layer_states`: each step keeps its rows' every-layer states
+        (`Rollout.layer_states`); `top_logprobs` k: each step keeps the k largest log-probs of every
+        row's distribution (`Rollout.top_logprobs`)."""
+        self._release()
+        if self.prefilled is None:
+            tic = time.perf_counter()
+            self.prefilled = prefill(self.engine.forward, self.prompt_ids, layer_states)
+            self.generate_s += time.perf_counter() - tic
+        if self.first_batch is None:
+            self.first_batch = rows
+        self.max_rows = max(self.max_rows, rows)
+        first = len(self.candidates)
+        self.candidates += [Candidate(first + i) for i in range(rows)]
+        max_len = self.budget.row_length(rows, self.sampling.max_new_tokens) if max_len is None else max_len
+        rollout = self.engine.rollout(self.prefilled, rows, max_len, self.sampling, self.generator, first,
+                                      top_k_logprobs=top_logprobs)
+        rollout.collect_layer_states = layer_states
+        self.rollouts.append(rollout)
+        return rollout
+
+    @_typed_out_of_memory
+    def decode(self, rollout: Rollout, until: Iterable[int] = ()) -> list[Candidate]:
+        """Decode until every row is complete, the next token would not fit the budget (rows left
+        live: memory ran short), or the length reaches one in `until` beyond the current one; the
+        candidates completed on the way are returned."""
+        tic = time.perf_counter()
+        finished = decode_n_tokens(rollout, self.budget, set(until) - {rollout.length})
+        self.generate_s += time.perf_counter() - tic
+        return self._complete(finished)
+
+    def has_room(self, rollout: Rollout) -> bool:
+        """The rollout's next step fits the budget (its rows are re-laid out if that is needed)."""
+        return make_room(rollout, self.budget)
+
+    @_typed_out_of_memory
+    def step(self, rollout: Rollout) -> list[Candidate]:
+        """One token for every live row (the next step must fit: `has_room`); the candidates it
+        completed are returned."""
+        if not self.has_room(rollout):
+            raise SpecrejError(f"no room for token {rollout.length + 1} of {rollout.num_rows} rows in the KV budget")
+        tic = time.perf_counter()
+        finished = rollout.step()
+        self.generate_s += time.perf_counter() - tic
+        return self._complete(finished)
+
+    def live(self, rollout: Rollout) -> list[Candidate]:
+        """The rollout's live rows' candidates, with their responses so far."""
+        self._update(rollout.partial_outputs(), complete=False)
+        return [self.candidates[i] for i in rollout.candidate_ids.tolist()]
+
+    def halt(self, rollout: Rollout, candidates: Sequence[Candidate], round_index: int) -> None:
+        """Halt these candidates by decision `round_index`: a live row leaves the rollout now (its
+        KV row is freed by compaction), a complete response leaves the final set."""
+        for c in candidates:
+            c.halted_round, c.complete = round_index, False
+        rollout.halt(c.id for c in candidates)
+
+    def record_round(self, decision: Round) -> int:
+        """Add a decision to the record; returns its index (the round a halt names)."""
+        self.rounds.append(decision)
+        return len(self.rounds) - 1
+
+    def reserve(self, num_bytes: int) -> None:
+        """Memory the method holds beside the KV budget (e.g. running sums): counted in the record's margin."""
+        self.extra_bytes += num_bytes
+
+    # -- scoring ----------------------------------------------------------------------------
+    @_typed_out_of_memory
+    def score_partial(self, candidates: Sequence[Candidate]) -> list[float]:
+        """The reward of each candidate's response so far (live rows: call `live` first)."""
+        return self._score(candidates)
+
+    @_typed_out_of_memory
+    def score_final(self, candidates: Sequence[Candidate]) -> list[float]:
+        """The reward of each complete response; kept as its `final_score`."""
+        scores = self._score(candidates)
+        for c, s in zip(candidates, scores):
+            c.final_score = s
+        return scores
+
+    def _score(self, candidates: Sequence[Candidate]) -> list[float]:
+        if not candidates:
+            return []
+        tic = time.perf_counter()
+        scores = self.reward.score(self.prompt, [Response(c.text, c.token_ids, c.token_logprobs) for c in candidates])
+        self.score_s += time.perf_counter() - tic
+        self.scored_lengths += [c.num_tokens for c in candidates]
+        # one warning per prompt: a broken reward would flood the log
+        scores, nonfinite = finite_scores(scores, self.reward, repr(self.prompt[:60]), warn=not self.warned_nonfinite,
+                                          stacklevel=3)
+        self.warned_nonfinite |= nonfinite
+        return scores
+
+    # -- the record ---------------------------------------------------------------------------
+    @_typed_out_of_memory
+    def finish(self, method: str, params: dict) -> Result:
+        """The run's result: every complete candidate scored, the batches' memory freed."""
+        self._release()
+        self.score_final([c for c in self.candidates if c.complete and c.final_score is None])
+        params = {**params, "memory_budget": self.memory_budget, "seed": self.seed, **asdict(self.sampling),
+                  "forward": self.engine.forward_kind}  # which forward pass ran: llama | hf
+        return Result(
+            prompt=self.prompt, method=method, params=params, candidates=self.candidates, rounds=list(self.rounds),
+            timing={"total_s": time.perf_counter() - self.started, "generate_s": self.generate_s, "score_s": self.score_s},
+            tokens={"generated": sum(r.tokens_generated for r in self.rollouts), "scored": sum(self.scored_lengths)},
+            peak_kv_bytes=max((r.cache.peak_bytes for r in self.rollouts), default=0),
+            memory_margin_bytes=self.engine.memory_margin(len(self.prompt_ids), self.max_rows, self.sampling)
+            + self.extra_bytes,
+            flops=self._flops(),
+        )
+
+    def _flops(self) -> dict | None:
+        """FLOPs of the work done (`flops` module's convention): the prefill once, each rollout's
+        sampled tokens (one head each), fed tokens and attended positions, each scored response."""
+        if self.shapes is None:
+            return None
+        shape, prompt_len = self.shapes.generator, len(self.prompt_ids)
+        prefill_flops = flops.prefill_flops(shape, prompt_len, logits_positions=int(self.engine.forward_kind == "hf"))
+        generate = sum(flops.decode_flops(shape, r.tokens_generated, r.tokens_fed, r.positions_attended)
+                       for r in self.rollouts)
+        reward = 0 if self.shapes.reward is None else sum(
+            flops.reward_model_flops(self.shapes.reward, prompt_len + n) for n in self.scored_lengths)
+        return {"prefill": prefill_flops, "generate": generate, "reward": reward,
+                "total": prefill_flops + generate + reward}
+
+    def _complete(self, finished: list[RowOutput]) -> list[Candidate]:
+        self._update(finished, complete=True)
+        return [self.candidates[o.candidate_id] for o in finished]
+
+    def _update(self, outputs: list[RowOutput], complete: bool) -> None:
+        """The candidates of `outputs` take their tokens, log-probs and text (and `complete`)."""
+        texts = self.engine.detokenize([o.token_ids for o in outputs])
+        for out, text in zip(outputs, texts):
+            c = self.candidates[out.candidate_id]
+            c.text, c.token_ids, c.token_logprobs = text, out.token_ids, out.token_logprobs
+            c.finished, c.complete = out.stopped, complete
+
+    def _release(self) -> None:
+        for rollout in self.rollouts:
+            if not rollout.released:
+                rollout.release()
+
+
+def flop_shapes(engine, reward: Reward) -> FlopShapes | None:
+    """The generator's and the reward model's shapes, or None (with a warning) for a model whose
+    shape the FLOP count cannot read."""
+    try:
+        reward_model = getattr(reward, "model", None)  # a sequence-classification reward model's own network
+        return FlopShapes(flops.ModelShape.from_config(engine.config),
+                          None if reward_model is None else flops.ModelShape.from_config(reward_model.config))
+    except (ValueError, TypeError, AttributeError, KeyError) as error:
+        warnings.warn(f"no FLOP count for these runs ({error})", stacklevel=2)
+        return None
+
+
+def measure_memory_default(device: torch.device) -> bool:
+    """Measure the peak memory of each prompt's run? SPECREJ_MEASURE_MEMORY (1 / 0) if set, else on
+    for CUDA (the allocator's statistics cost nothing) and off on CPU (budget.StorageTracker
+    intercepts every op: about 10-20 % more time for 16-64 rows of SmolLM2, which would bias timings)."""
+    setting = os.environ.get("SPECREJ_MEASURE_MEMORY", "").strip()
+    return setting not in ("0", "false") if setting else device.type == "cuda"
+
+
+def run_method(method, params, engine, reward: Reward, prompt: str, *, sampling: SamplingParams = SamplingParams(),
+               seed: int = 0, memory_budget: int | None = None, measure_memory: bool | None = None,
+               shapes: FlopShapes | None = None) -> Result:
+    """`method` (a `Method`) with its checked `params` on one prompt. Out of memory (CUDA, or the
+    host) in a batch of the method's `batch_param` (Best-of-N: the same n in more batches; SR: half
+    the initial batch), the prompt runs again from the start with half that batch, until a batch of
+    one fails too; `Result.retries` counts the retries and the batch that succeeded is in its
+    params. Responses are never cut short to make room. `measure_memory`: see
+    `measure_memory_default` (None: that default)."""
+    if measure_memory is None:
+        measure_memory = measure_memory_default(engine.device)
+    retries = 0
+    while True:
+        try:
+            meter = PeakMemory(engine.device) if measure_memory else None
+            with meter or contextlib.nullcontext():
+                session = Session(engine, reward, prompt, sampling, seed, memory_budget, shapes)
+                recorded = method.run(session, params)
+                result = session.finish(method.record_method or method.name, recorded)
+            result.measured_peak_bytes = meter.peak_bytes if meter else None
+            result.retries = retries
+            return result
+        except BatchOutOfMemory as error:
+            failure = error  # leaving the except block drops the failed attempt's frames (its tensors)
+        session = None
+        gc.collect()
+        if engine.device.type == "cuda":
+            torch.cuda.empty_cache()
+        if method.batch_param is None or not failure.rows or failure.rows <= 1:
+            where = "before any row was sampled" if not failure.rows else f"with a batch of {failure.rows}"
+            raise SpecrejError(f"out of memory {where} ({failure.detail})")
+        params = params.replace(**{method.batch_param: failure.rows // 2})
+        retries += 1
+        warnings.warn(f"out of memory with a batch of {failure.rows} ({failure.detail}); retrying the prompt with "
+                      f"{failure.rows // 2}", stacklevel=2)
