@@ -7,6 +7,7 @@ import json
 import random
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -97,37 +98,14 @@ def test_a_python_method_spec_must_name_a_method(tmp_path, monkeypatch):
 # a method from outside the project: one file on PYTHONPATH, no project file edited
 # ------------------------------------------------------------------------------------------
 
-OUTSIDE_METHOD = textwrap.dedent('''
-    """Prefix top-k: sample `n` responses together, score their first `at` tokens, and finish only
-    the `keep` best prefixes: a method of its own, written against the Session alone."""
-    from specrej.methods import Display, Method, Param
-    from specrej.methods.session import Round
+def documented_method() -> str:
+    """The outside method of docs/methods.md ("Adding a method"), as the page shows it."""
+    page = (Path(__file__).parents[1] / "docs" / "methods.md").read_text(encoding="utf-8")
+    block = page.split("<!-- example: outside_method.py -->", 1)[1]
+    return block.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-    def run(session, params):
-        rollout = session.start(params.n)
-        session.decode(rollout, until=[params.at])
-        if rollout.num_rows:  # some rows still live at token `at`
-            live = session.live(rollout)
-            scores = session.score_partial(live)
-            ranked = sorted(zip(live, scores), key=lambda pair: (-pair[1], pair[0].id))
-            going_on, halted = ranked[:params.keep], ranked[params.keep:]
-            index = session.record_round(Round(
-                decision_token=rollout.length, batch_before=len(live), batch_after=len(going_on), ranked=len(live),
-                kept=len(going_on), accepted=len(going_on), cutoff=going_on[-1][1], memory_guard_halted=0,
-                rule={"rule": "prefix-top-k", "measures": {"kept": len(going_on)}}))
-            session.halt(rollout, [c for c, _ in halted], index)
-            session.decode(rollout)
-        return {"n": params.n, "at": params.at, "keep": params.keep}
-
-
-    PREFIX_TOP_K = Method(
-        name="prefix-top-k", description="prefix top-k", run=run,
-        params=(Param("n", "int", required=True, low=1), Param("at", "int", default=4, low=1),
-                Param("keep", "int", default=2, low=1)),
-        label=lambda p: f"Top {p['keep']} of {p['n']}", display=Display(name="Prefix top-k", color="#b15928"),
-        setting_keys=("n", "keep"))
-''')
+OUTSIDE_METHOD = documented_method()
 
 
 def test_a_method_from_outside_the_project_runs_through_the_cli(generator_dir, prompts_file, tmp_path, monkeypatch,

@@ -222,7 +222,7 @@ def test_tiny_run_from_an_empty_cache_survives_a_kill_and_produces_every_output(
     # a method from outside the project: one file of the test's own, named in a config
     (tmp_path / "outside_method.py").write_text(OUTSIDE_METHOD)
     methods = tmp_path / "methods.yaml"
-    methods.write_text("methods:\n  - {name: 'python:outside_method:FIRST_K', grid: {budget: [3]}}\n")
+    methods.write_text("methods:\n  - {name: 'python:outside_method:PREFIX_TOP_K', grid: {n: [6]}}\n")
     env = {**os.environ, "SPECREJ_CACHE": str(tmp_path / "cache"),
            "PYTHONPATH": os.pathsep.join([str(TESTS), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     args = ["--cores", "2", "--configfile", TINY_CONFIG, methods]
