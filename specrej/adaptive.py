@@ -1,4 +1,4 @@
-"""Adaptive rejection (paper §6, issue 14): which rows to halt at a decision token, chosen from
+"""Adaptive rejection (paper §6): which rows to halt at a decision token, chosen from
 the partial scores themselves instead of one fixed α.
 
 Model. For a generator/reward pair, at decision token τ, the final reward of a row continued to

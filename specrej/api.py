@@ -132,8 +132,7 @@ def output_settings(method: Method, params: dict, *, model: str, reward: str, se
     """Every setting that changes a run file's records: a rerun whose settings differ is refused
     (`io.RecordWriter`). A file parameter counts by its content; the engine's dtype and device
     as loaded (None: not known yet, e.g. before loading); the prompt format as asked for
-    (`prompt_format`, else the engine's), left out when it is "auto", so files written before the
-    setting existed (all auto) still resume."""
+    (`prompt_format`, else the engine's), named only when it is not "auto"."""
     file_params = {p.name for p in method.params if p.type == "path"}
     prompt_format = prompt_format if prompt_format is not None else getattr(engine, "prompt_format", "auto")
     return {"method": method.name,

@@ -72,10 +72,6 @@ class KVCache:
     def prompt_len(self) -> int:
         return self.prompt_k[0].shape[1]
 
-    @property
-    def allocated_rows(self) -> int:
-        return self.k[0].shape[0] if self.k else 0
-
     @staticmethod
     def _bytes(tensors: list[torch.Tensor]) -> int:
         """Bytes of the storages behind `tensors`, each counted once: a view keeps its whole

@@ -1,12 +1,14 @@
 """Prompts in; trajectories out as JSON Lines, one line per prompt, appended atomically.
 
 Trajectory record (one line per prompt; `Result.to_record` builds it):
-  prompt_id, prompt, method ("bon" | "sr"), params {..., model, reward},
+  prompt_id, prompt, method (the method's record_method or name), params {..., model, reward,
+  setting, display, output_settings, settings_digest},
   best {candidate_id, text, score, num_tokens},
   candidates [{id, text, token_ids, token_logprobs, num_tokens, finished, complete,
                final_score, halted_round, round_scores}],
-  rounds [{decision_token, batch_before, batch_after, ranked, kept, cutoff, memory_guard_halted}],
-  timing {total_s, generate_s, score_s}, tokens {generated, scored}, peak_kv_bytes
+  rounds [{decision_token, batch_before, batch_after, ranked, kept, accepted, cutoff, memory_guard_halted, rule}],
+  timing {total_s, generate_s, score_s}, tokens {generated, scored}, peak_kv_bytes,
+  measured_peak_bytes, memory_margin_bytes, retries, flops {prefill, generate, reward, total}
 or, for a prompt that failed: prompt_id, prompt, method, params, error.
 Scores of -inf are written as -Infinity (Python's json reads them back).
 
@@ -24,9 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SpecrejError
-
-# settings that must match for a rerun to append to an existing output file
-RESUME_KEYS = ("model", "reward", "n", "alpha", "seed", "temperature", "top_p", "top_k", "max_new_tokens")
 
 # The prefix table (`specrej score-prefixes` writes it, analysis.correlation reads it): its columns
 # in order and their dtypes. specrej/prefixes.py says what each column holds.
@@ -175,29 +174,21 @@ def check_resume(path: str | os.PathLike, settings: dict, records: list[dict] | 
                  unknown: Iterable[str] = ()) -> None:
     """Refuse to append to `path` when its records were made with other `settings` (every
     setting that changes the output, `api.output_settings`; those in `unknown` are not known yet
-    and not compared), naming the first one that differs. Files of older versions, whose records
-    carry no settings, are compared on RESUME_KEYS."""
+    and not compared), naming the first one that differs; records without settings (not written
+    by `specrej generate`) are refused too."""
     records = read_records(path)[:1] if records is None else records
     for record in records:
-        params = record.get("params", {})
-        previous = params.get("output_settings")
+        previous = record.get("params", {}).get("output_settings")
         if previous is None:
-            previous, now = {"method": record.get("method"), **params}, _legacy_settings(settings)
-            keys = ("method", *RESUME_KEYS)
-        else:
-            now, keys = settings, [k for k in dict.fromkeys([*previous, *settings]) if k not in unknown]
-        changed = [k for k in keys if previous.get(k) != now.get(k)]
+            raise SpecrejError(f"{path} holds records without params.output_settings, so a rerun cannot be checked "
+                               "against them; use another --out")
+        keys = [k for k in dict.fromkeys([*previous, *settings]) if k not in unknown]
+        changed = [k for k in keys if previous.get(k) != settings.get(k)]
         if changed:
             key = changed[0]
             more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
             raise SpecrejError(f"{path} holds results made with other settings ({key}: {previous.get(key)!r} there, "
-                               f"{now.get(key)!r} now{more}); use another --out or delete it")
-
-
-def _legacy_settings(settings: dict) -> dict:
-    """`settings` under the names records of older versions used (RESUME_KEYS)."""
-    family = {"sr-adaptive": "sr"}.get(settings.get("method"), settings.get("method"))
-    return {"method": family, **{k: settings.get(k, settings.get(f"param.{k}")) for k in RESUME_KEYS}}
+                               f"{settings.get(key)!r} now{more}); use another --out or delete it")
 
 
 class RecordWriter:

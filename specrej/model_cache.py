@@ -54,7 +54,7 @@ def build_once(entry: Path, build: Callable[[Path], None], what: str) -> Path:
                 if not is_complete(tmp):
                     raise SpecrejError(f"preparing {what} wrote no config.json into {tmp}")
                 os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would hide a shared cache from the group
-                if entry.exists():  # an incomplete entry of an older layout
+                if entry.exists():  # an entry left incomplete
                     shutil.rmtree(entry)
                 os.rename(tmp, entry)
             except BaseException:

@@ -73,7 +73,6 @@ NAMED_MODELS = {
              "https://ai.google.dev/gemma/terms (a copy: GEMMA_TERMS.html in its cache directory)"),
 }
 DEFAULT_MODEL_WHEEL = NAMED_MODELS[DEFAULT_MODEL].wheels[0]
-DEFAULT_MODEL_GGUF = NAMED_MODELS[DEFAULT_MODEL].gguf
 
 
 def resolve_device(device: str = "auto") -> torch.device:

@@ -99,8 +99,7 @@ def _score_record(record: dict, reward: Reward, taus: list[int], decode: Decode 
     reuse_final = (record.get("params") or {}).get("reward") == reward_name
     candidates = []
     for c in record["candidates"]:
-        # records without `complete` (older files): not halted, or scored as a final response
-        if not c.get("complete", c.get("halted_round") is None or c.get("final_score") is not None):
+        if not c["complete"]:
             continue
         ids, logprobs = c.get("token_ids"), list(c.get("token_logprobs") or ())
         if ids is None:
