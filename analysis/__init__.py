@@ -18,6 +18,6 @@ Modules (each documents the columns it consumes and produces):
 - ``alpaca_eval_adapter`` — alpaca_eval run offline with a judge (annotator configs in ``judges/``);
                             the only module that imports alpaca_eval.
 
-Nothing here imports torch (only the torch-free ``specrej.selection``): the analysis runs on
+Nothing here imports torch (only the torch-free ``specrej.methods.cuts``): the analysis runs on
 any machine that has the JSONL / parquet files.
 """

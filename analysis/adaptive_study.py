@@ -1,4 +1,4 @@
-"""Adaptive rejection (paper §6, ``specrej.adaptive``) measured against fixed α.
+"""Adaptive rejection (paper §6, ``specrej.methods.adaptive_cut``) measured against fixed α.
 
 Two questions, each a pure function:
 
@@ -10,7 +10,7 @@ Two questions, each a pure function:
   paired resamples (``analysis.metrics.bootstrap_draws``)?
 
 ``fits_table`` lists the partial/final fits the rule used. The rule is the engine's own
-(``specrej.adaptive.adaptive_accepted``, ``specrej.selection.accepted``), torch-free.
+(``specrej.methods.adaptive_cut.adaptive_accepted``, ``specrej.methods.cuts.accepted``), torch-free.
 
 This is SR's own study, so unlike the rest of ``analysis`` it knows SR's methods and parameters:
 the fixed-α curve is method "sr", the adaptive points method "sr-adaptive", and an adaptive
@@ -27,8 +27,8 @@ import pandas as pd
 from analysis._columns import require_columns
 from analysis.metrics import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, bootstrap_weights, percentile_interval, rows_where
 from analysis.settings import setting_params
-from specrej.adaptive import PartialFit, adaptive_accepted, interpolate_fit
-from specrej.selection import accepted
+from specrej.methods.adaptive_cut import PartialFit, adaptive_accepted, interpolate_fit
+from specrej.methods.cuts import accepted
 
 SURVIVAL_COLUMNS = ("prompt_id", "tau", "partial_score", "final_score")
 POINT_COLUMNS = ("method", "setting", "method_label", "relative_compute", "improvement")

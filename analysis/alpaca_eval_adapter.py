@@ -19,7 +19,7 @@ Offline workarounds for alpaca_eval (each marked where it is applied):
 - LC-WR needs >= 5 parsed annotations (5-fold CV) and is unreliable below ~20: under 5 it is NaN,
   under 20 the ``lc_note`` says so.
 
-This module never imports torch (the local judge lives in ``specrej.judge``, imported on use)
+This module never imports torch (the local judge lives in ``specrej.rewards.judge``, imported on use)
 and imports alpaca_eval lazily, so ``analysis`` works without either.
 """
 
@@ -112,7 +112,7 @@ def annotator_setup(judge: str | PairJudge) -> tuple[str, dict]:
         model = judge.removeprefix(LOCAL_PREFIX)
         try:
             from specrej.errors import SpecrejError
-            from specrej.judge import load_judge, local_judge_completions
+            from specrej.rewards.judge import load_judge, local_judge_completions
         except ImportError as error:
             raise JudgeUnavailable(f"judge {judge!r} needs torch and transformers ({error})") from error
         try:

@@ -23,8 +23,8 @@ import statsmodels.api as sm
 from scipy import stats
 
 from analysis._columns import require_columns
-from specrej.io import PREFIX_COLUMNS  # torch-free: the table's one definition, which specrej writes
-from specrej.selection import accepted  # the engine's own rule, so the two agree
+from specrej.methods.cuts import accepted  # the engine's own rule, so the two agree
+from specrej.records.io import PREFIX_COLUMNS  # torch-free: the table's one definition, which specrej writes
 
 DEFAULT_ALPHAS = (0.5, 0.7, 0.9)
 # Fewer points than this make a correlation coefficient meaningless (n = 2 is always ±1).
@@ -194,7 +194,7 @@ def tokens_saved_fraction(
 def best_survives(partial: np.ndarray, final: np.ndarray, alpha: float) -> bool:
     """Whether the cut of eq. 4-5 on partial scores keeps a candidate with the best final score.
 
-    The rule is the engine's own (`specrej.selection.accepted`): every candidate scoring at or
+    The rule is the engine's own (`specrej.methods.cuts.accepted`): every candidate scoring at or
     above r_cut goes on, ties included, so both give the same set on the same scores.
     """
     kept = np.asarray(accepted(list(partial), alpha))

@@ -14,7 +14,7 @@ A trajectory record is one JSON object per line, one per prompt:
     flops {prefill, generate, reward, total} (newer records),
 
 or, for a prompt that failed, prompt_id, prompt, method, params and an ``error`` string.
-Only the fields used below are required; ``specrej.io`` owns the full schema.
+Only the fields used below are required; ``specrej.records.io`` owns the full schema.
 """
 
 import math
@@ -27,7 +27,7 @@ from analysis._columns import require_columns
 from analysis.correlation import PREFIX_COLUMNS
 from analysis.metrics import perplexity
 from analysis.settings import BON, canonical_setting
-from specrej.io import read_records  # torch-free
+from specrej.records.io import read_records  # torch-free
 
 RUNS_COLUMNS = [
     "prompt_id", "method", "setting", "method_label", "n", "batch_size", "seed", "generator", "reward", "pair",
@@ -38,7 +38,7 @@ RUNS_COLUMNS = [
 
 
 def load_trajectories(path: str | Path) -> list[dict]:
-    """All records of a trajectory JSONL file, in file order (``specrej.io.read_records``: a
+    """All records of a trajectory JSONL file, in file order (``specrej.records.io.read_records``: a
     file holding a prompt twice is refused, so no prompt can count twice in a metric)."""
     return read_records(path)
 
@@ -107,7 +107,7 @@ def worst_score(record: dict) -> float:
     """Lowest final score among the record's complete candidates; NaN when there is none.
 
     ``record["worst"]["score"]`` when the engine wrote it — a record merged from BoN shards
-    (``specrej.io.merge_shards``) keeps only the chosen candidate but the minimum over all
+    (``specrej.records.io.merge_shards``) keeps only the chosen candidate but the minimum over all
     shards there — else computed from the candidates of older records.
     """
     recorded = (record.get("worst") or {}).get("score")
@@ -126,7 +126,7 @@ def record_setting(record: dict) -> dict:
     method "sr-adaptive" ``{"delta": d}`` "SR δ=<d>", any other SR "sr" ``{"alpha": a}`` "SR α=<a>".
 
     Best-of-N is always ``{"n": <total N>}`` labelled "Bo<total N>", with the total taken from
-    ``params["n"]``: a record merged from shards (``specrej.io.merge_shards``) holds the total
+    ``params["n"]``: a record merged from shards (``specrej.records.io.merge_shards``) holds the total
     there, while its setting may be the first shard's; shard files and merged files then agree.
     """
     params = record.get("params") or {}
@@ -169,7 +169,7 @@ def record_configuration(record: dict) -> tuple[str, float, str, str]:
 
 
 def record_flops(record: dict) -> float:
-    """The record's total FLOP count (``record["flops"]["total"]``, ``specrej.flops``; a
+    """The record's total FLOP count (``record["flops"]["total"]``, ``specrej.records.flops``; a
     record merged from shards holds the sum over its shards); NaN when it was not counted."""
     flops = record.get("flops") or {}
     total = flops.get("total")

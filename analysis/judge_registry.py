@@ -3,7 +3,7 @@ deterministic offline judge.
 
     judge="gpt4_turbo"     alpaca_eval's ``weighted_alpaca_eval_gpt4_turbo`` (the paper's judge);
                            needs ``OPENAI_API_KEY`` (or ``OPENAI_API_KEYS`` / ``OPENAI_CLIENT_CONFIG_PATH``)
-    judge="local:<model>"  a local instruct model through ``specrej.models`` (``local`` =
+    judge="local:<model>"  a local instruct model through ``specrej.models.loading`` (``local`` =
                            ``local:default``, SmolLM2-135M-Instruct); ``analysis/judges/local_pairwise``
     judge="longest"        deterministic: the longer output wins, equal lengths draw (tests)
     judge=<callable>       ``f(instruction, output_a, output_b) -> 1 | 2 | 1.5 | p in [1, 2] | None``

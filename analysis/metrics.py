@@ -21,7 +21,7 @@ Most functions take a *runs* frame (``analysis.io.best_responses_frame``), one r
                  (the paper's GPU count — Bo3840 as 32 parallel Bo120 shards has shards=32).
                  Shards run one after another on one device are already summed in ``time_s``
                  and must keep shards=1.
-    flops        optional: FLOPs spent on this prompt (``specrej.flops``; a merged BoN record
+    flops        optional: FLOPs spent on this prompt (``specrej.records.flops``; a merged BoN record
                  holds the sum over its shards); NaN or absent when not counted
     perplexity   optional: perplexity of the returned response (see ``perplexity``)
 

@@ -340,7 +340,7 @@ def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normaliz
                  "end segment and marked so, never reported as a measurement.")
     if "relative_flops" in headline.columns and np.isfinite(headline["relative_flops"].astype(float)).any():
         notes.append("FLOPs: the records' FLOP counts from the models' shapes (every prefill, generated and scored "
-                     "token; specrej.flops) summed over the prompts, relative to Bo-N_min's — eq. 7 in FLOPs "
+                     "token; specrej.records.flops) summed over the prompts, relative to Bo-N_min's — eq. 7 in FLOPs "
                      "instead of seconds, with the same paired resamples; \"--\" where a run has no count.")
     if savings is not None and not savings.empty:
         oracle = ("The oracle bound's interval is the correlation study's own percentile bootstrap"

@@ -27,11 +27,11 @@ tree, model, dtype, batches, new_tokens, repeats, collect = sys.argv[1:8]
 sys.path.insert(0, tree)
 import torch
 
-from specrej import decoding
+from specrej.engine import decoding
 import specrej
 assert specrej.__file__.startswith(tree), specrej.__file__
 from specrej.api import load_engine
-from specrej.sampling import SamplingParams
+from specrej.engine.sampling import SamplingParams
 
 engine = load_engine(model, dtype=dtype, device="cpu")
 engine.stop_token_ids = torch.tensor([-1])

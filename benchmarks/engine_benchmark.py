@@ -14,7 +14,7 @@ For each batch size and sampling setting every engine samples exactly --new-toke
 from the same prompt (stop tokens disabled, HF with min_new_tokens), after a warm-up. The
 engines are timed in turn within each of --repeats rounds and each time is the best of its
 rounds, so a busy moment on the machine slows all of them alike rather than one. --dtype auto
-is what the CLI picks (`specrej.models.resolve_dtype`). Also:
+is what the CLI picks (`specrej.models.loading.resolve_dtype`). Also:
 - the machine's matmul peak (GFLOP/s) in the same dtype *at the GEMM shapes decode runs at that
   batch size* (every distinct linear layer of the model, rows x in @ in x out, best of several
   repetitions, the fastest shape taken as the peak), and the fraction of it each engine reaches,
@@ -36,10 +36,10 @@ import time
 import torch
 
 from specrej.api import load_engine
-from specrej.engine import Engine
-from specrej.hf_forward import HFForward
-from specrej.models import load_tokenizer, resolve_device, resolve_dtype
-from specrej.sampling import SamplingParams
+from specrej.engine.engine import Engine
+from specrej.engine.hf_forward import HFForward
+from specrej.engine.sampling import SamplingParams
+from specrej.models.loading import load_tokenizer, resolve_device, resolve_dtype
 
 PROMPT = "Write a short story about a robot who learns to paint."
 SAMPLINGS = {"T=1": SamplingParams(), "T=0.7,top_p=0.9,top_k=50": SamplingParams(temperature=0.7, top_p=0.9, top_k=50)}

@@ -15,8 +15,8 @@ import time
 import torch
 
 from specrej import LogProbReward, SamplingParams, load_engine, speculative_rejection
-from specrej.budget import default_memory_budget, format_size
-from specrej.io import read_prompts
+from specrej.engine.budget import default_memory_budget, format_size
+from specrej.records.io import read_prompts
 
 UNCAPPED = 10**9  # the old rule: capacity // min_tokens, no cap
 

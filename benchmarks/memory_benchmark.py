@@ -6,7 +6,7 @@
 Cases: Best-of-N with n responses in batches of --batch-size, and SR (alpha 0.5) whose default
 b_init is --b-init. Each gets the smallest budget whose KV capacity holds its batch (Best-of-N:
 batch x max_new_tokens tokens; SR: b_init x --min-tokens), so the budget is what the batch needs.
-The measured peak is `specrej.budget.PeakMemory` around the prompt's run (CUDA: the allocator's
+The measured peak is `specrej.engine.budget.PeakMemory` around the prompt's run (CUDA: the allocator's
 max_memory_allocated; CPU: budget.StorageTracker, the tensor storages ATen allocates), the meter
 of this checkout, loaded from its file. To measure another version of the package with the same
 meter, put it first on the path:
@@ -27,20 +27,20 @@ import time
 from pathlib import Path
 
 import torch
+from specrej.algorithms import best_of_n, speculative_rejection
 
 import specrej
-from specrej.algorithms import best_of_n, speculative_rejection
 from specrej.api import load_engine
-from specrej.budget import format_size, token_capacity
-from specrej.rewards import LogProbReward
-from specrej.sampling import SamplingParams
+from specrej.engine.budget import format_size, token_capacity
+from specrej.engine.sampling import SamplingParams
+from specrej.rewards.reward import LogProbReward
 
 PROMPTS = ["Write a short story about a robot who learns to paint.",
            "Explain why the sky is blue to a ten-year-old."]
 
 
 def load_meter():
-    """PeakMemory from this checkout's specrej/budget.py, whichever specrej is imported."""
+    """PeakMemory from this checkout's specrej/engine/budget.py, whichever specrej is imported."""
     path = Path(__file__).resolve().parents[1] / "specrej" / "budget.py"
     spec = importlib.util.spec_from_file_location("memory_meter", path)
     module = importlib.util.module_from_spec(spec)

@@ -28,8 +28,8 @@ import torch
 from scipy.stats import binomtest
 
 from specrej.api import load_engine
-from specrej.io import read_records
-from specrej.methods.st_bon import coe_features, consistency_scores, truncation_point, vote, winner, window
+from specrej.methods.st_bon import coe_features, consistency_scores, truncation_point, vote, window, winner
+from specrej.records.io import read_records
 
 
 def shard_responses(results: Path, pair: str) -> dict[str, tuple[str, list[dict]]]:

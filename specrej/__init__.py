@@ -1,6 +1,6 @@
 """specrej: Fast Best-of-N decoding via Speculative Rejection (Sun et al., NeurIPS 2024).
 
-The public API is imported lazily, so torch-free submodules (`specrej.selection`) can be used
+The public API is imported lazily, so torch-free submodules (`specrej.methods.cuts`) can be used
 by `analysis` without loading torch.
 """
 
@@ -14,13 +14,13 @@ _EXPORTS = {
     "Display": "methods", "Method": "methods", "Param": "methods", "Params": "methods",
     "best_of_n": "api", "speculative_rejection": "api", "run_one": "api",
     "load_engine": "api", "run_prompts": "api",
-    "parse_size": "budget",
-    "score_prefixes": "prefixes",
-    "Engine": "engine", "SamplingParams": "sampling",
+    "parse_size": "engine.budget",
+    "score_prefixes": "rewards.prefixes",
+    "Engine": "engine.engine", "SamplingParams": "engine.sampling",
     "SpecrejError": "errors",
-    "read_prompts": "io", "read_records": "io",
-    "CallableReward": "rewards", "LogProbReward": "rewards", "Response": "rewards", "Reward": "rewards",
-    "SequenceClassificationReward": "rewards", "load_reward": "rewards",
+    "read_prompts": "records.io", "read_records": "records.io",
+    "CallableReward": "rewards.reward", "LogProbReward": "rewards.reward", "Response": "rewards.reward",
+    "Reward": "rewards.reward", "SequenceClassificationReward": "rewards.reward", "load_reward": "rewards.reward",
 }
 __all__ = sorted(_EXPORTS)
 

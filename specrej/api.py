@@ -13,14 +13,14 @@ from types import MappingProxyType
 
 from tqdm.auto import tqdm
 
-from .engine import Engine
+from .engine.engine import Engine
+from .engine.sampling import SamplingParams, check_int
 from .errors import SpecrejError, shown
-from .io import PromptItem, RecordWriter, read_prompts
 from .methods import Method, Params, file_digest, get_method, settings_digest
 from .methods.session import Result, flop_shapes, run_method
-from .models import load_generator
-from .rewards import Response, Reward
-from .sampling import SamplingParams, check_int
+from .models.loading import load_generator
+from .records.io import PromptItem, RecordWriter, read_prompts
+from .rewards.reward import Response, Reward
 
 
 def load_engine(model: str = "default", *, dtype: str = "auto", device: str = "auto",
@@ -115,7 +115,7 @@ def check_run(method: str | Method, params: Mapping = MappingProxyType({}), *, s
     if memory_budget is not None:
         if isinstance(memory_budget, bool) or not isinstance(memory_budget, numbers.Integral):
             raise SpecrejError(f"--memory-budget must be a number of bytes (an integer), got {shown(memory_budget)}"
-                               + (" (specrej.budget.parse_size reads sizes such as 2GiB)"
+                               + (" (specrej.engine.budget.parse_size reads sizes such as 2GiB)"
                                   if isinstance(memory_budget, str) else ""))
         if memory_budget < 1:
             raise SpecrejError(f"--memory-budget must be > 0 bytes, got {memory_budget}")

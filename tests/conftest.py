@@ -31,7 +31,7 @@ def float32_auto_dtype_on_cpu(monkeypatch):
     """`--dtype auto` picks bfloat16 on CPUs with native bf16 matmul; in tests it means float32
     on every CPU, so exact comparisons do not depend on the machine (tests/test_models_dtype.py
     tests the rule itself, with the probe set both ways)."""
-    monkeypatch.setattr("specrej.models.cpu_has_native_bfloat16", lambda: False)
+    monkeypatch.setattr("specrej.models.loading.cpu_has_native_bfloat16", lambda: False)
 
 
 def build_tokenizer(chat_template: str | None):
@@ -125,7 +125,7 @@ def custom_code_reward_dir(tmp_path_factory, reward_model_dir) -> Path:
 # -- tiny random models of other architectures (tests/test_hf_forward.py) --------------------------
 # Each is built from a small config, saved to a tmp dir with the generator's tokenizer and loaded
 # by the real loading code (load_engine). The engine's own forward pass runs llama / mistral /
-# qwen2 / qwen3 / gemma3_text; every other one goes through the fallback (specrej/hf_forward.py).
+# qwen2 / qwen3 / gemma3_text; every other one goes through the fallback (specrej/engine/hf_forward.py).
 
 def _tiny_configs():
     import transformers as tf

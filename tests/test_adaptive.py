@@ -6,10 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specrej.adaptive import (PartialFit, adaptive_accepted, fit_from_prefix_table, interpolate_fit, online_fit,
-                              z_value)
 from specrej.errors import SpecrejError
-from specrej.selection import accepted
+from specrej.methods.adaptive_cut import (
+    PartialFit,
+    adaptive_accepted,
+    fit_from_prefix_table,
+    interpolate_fit,
+    online_fit,
+    z_value,
+)
+from specrej.methods.cuts import accepted
 
 
 def prefix_table(final_of, *, prompts=8, candidates=40, taus=(16, 64), seed=0, prompt_level=None):

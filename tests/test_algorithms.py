@@ -1,5 +1,6 @@
 """Best-of-N and Speculative Rejection on the tiny generator."""
 
+import dataclasses
 import math
 import warnings
 
@@ -7,12 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from specrej import (CallableReward, LogProbReward, SamplingParams, SpecrejError, best_of_n, load_reward,
-                     speculative_rejection)
-import dataclasses
-
+from specrej import (
+    CallableReward,
+    LogProbReward,
+    SamplingParams,
+    SpecrejError,
+    best_of_n,
+    load_reward,
+    speculative_rejection,
+)
 from specrej.api import check_run, run_one
-from specrej.budget import token_capacity
+from specrej.engine.budget import token_capacity
 from specrej.methods import get_method, sr
 from specrej.methods.session import Session
 
@@ -213,7 +219,7 @@ def with_cut(engine, reward, cut, **params):
 
 
 def test_adaptive_cut_records_its_rule_and_delta_zero_is_best_of_n(engine):
-    from specrej.adaptive import AdaptiveCut, PartialFit
+    from specrej.methods.adaptive_cut import AdaptiveCut, PartialFit
 
     reward = load_reward("python:toy_rewards:letter_e")
     exact = {8: PartialFit(tau=8, slope=1.0, intercept=0.0, sigma=0.0, n=100)}  # partial predicts final exactly
@@ -244,7 +250,7 @@ def test_one_alpha_check_for_the_api_the_cli_and_the_algorithm():
 
 
 def test_non_finite_scores_count_as_minus_inf_with_one_warning():
-    from specrej.rewards import finite_scores
+    from specrej.rewards.reward import finite_scores
 
     reward = CallableReward(lambda prompt, texts: [], name="broken")
     with pytest.warns(UserWarning, match="reward broken gave NaN/inf scores for prompt 'p'; they count as -inf"):

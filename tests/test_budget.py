@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from specrej.budget import format_size, kv_bytes_per_token, parse_size, token_capacity
+from specrej.engine.budget import format_size, kv_bytes_per_token, parse_size, token_capacity
 
 
 @pytest.mark.parametrize("text, expected", [("2GiB", 2 * 2**30), ("512MiB", 512 * 2**20), ("1.5GB", 1_500_000_000),

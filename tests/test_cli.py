@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from specrej.cli import main
+from specrej.cli.main import main
 from specrej.errors import SpecrejError
-from specrej.io import output_lock, read_records
+from specrej.records.io import output_lock, read_records
 
 
 def fails_on_gravity(prompt, responses):
@@ -246,7 +246,7 @@ def test_a_prompt_file_without_prompts_is_refused(generator_dir, tmp_path, capsy
 
 def cli_process(generator_dir, prompts, out) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "specrej.cli", "generate", "--model", str(generator_dir), "--prompts", str(prompts),
+        [sys.executable, "-m", "specrej.cli.main", "generate", "--model", str(generator_dir), "--prompts", str(prompts),
          "--out", str(out), "--method", "bon", "--n", "4", "--max-new-tokens", "16", "--memory-budget", "64MiB",
          "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from specrej.cli import main
-from specrej.io import read_records
+from specrej.cli.main import main
+from specrej.records.io import read_records
 
 pytestmark = pytest.mark.slow
 

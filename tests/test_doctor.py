@@ -9,17 +9,17 @@ import time
 
 import pytest
 
-from specrej import doctor
-from specrej.cli import main
-from specrej.doctor import FAIL, NOTE, OK, SKIP, Check, Options, check_python, check_version, report, run_checks
-from specrej.model_cache import is_complete
+from specrej.cli import doctor
+from specrej.cli.doctor import FAIL, NOTE, OK, SKIP, Check, Options, check_python, check_version, report, run_checks
+from specrej.cli.main import main
+from specrej.models.cache import is_complete
 
 LINE = re.compile(r"(ok  |FAIL|note|skip) ([a-z0-9-]+): \S.*")
 CPU_CHECKS = ["python", "torch", "transformers", "device", "cpu-bf16", "memory-budget", "model", "smoke"]
 
 
 def doctor_process(*args, env=None, timeout=180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specrej.cli", "doctor", *args], check=False, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "specrej.cli.main", "doctor", *args], check=False, capture_output=True,
                           text=True, env=env, timeout=timeout)
 
 
@@ -64,7 +64,7 @@ def test_doctor_without_smoke_run_passes_here_with_one_line_per_check():
 
 @pytest.mark.slow
 def test_smoke_run_passes_and_measures_tokens_per_second():
-    from specrej.models import ensure_default_model
+    from specrej.models.loading import ensure_default_model
 
     ensure_default_model()  # fetched on a machine that has not yet (the smoke run needs it cached)
     started = time.monotonic()
@@ -143,7 +143,7 @@ def test_version_checks_read_the_declared_ranges():
 def test_the_doctor_looks_for_the_default_model_where_it_is_built(tmp_path, monkeypatch):
     """doctor.default_model_entry is the directory models.ensure_default_model builds (here with
     a stand-in for the download, which is not what is tested)."""
-    from specrej import models
+    from specrej.models import loading as models
 
     monkeypatch.setenv("SPECREJ_CACHE", str(tmp_path))
     monkeypatch.setattr(models, "_fetch_default_model", lambda out: (out / "config.json").write_text("{}"))

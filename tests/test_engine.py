@@ -3,12 +3,11 @@
 import pytest
 import torch
 
-from specrej import decoding
-
 from specrej import SamplingParams
-from specrej.cache import compaction_order
-from specrej.engine import Engine
-from specrej.sampling import sample_next
+from specrej.engine import decoding
+from specrej.engine.cache import compaction_order
+from specrej.engine.engine import Engine
+from specrej.engine.sampling import sample_next
 
 ATOL = 1e-4
 
@@ -127,7 +126,7 @@ def test_an_architecture_the_engine_does_not_know_runs_through_the_fallback():
     """GPT-2 is not one of the fast path's; it goes through its own forward (tests/test_hf_forward.py)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from specrej.hf_forward import HFForward
+    from specrej.engine.hf_forward import HFForward
 
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
     engine = Engine(model, tokenizer=None)
@@ -173,7 +172,7 @@ def test_decoding_in_row_chunks_matches_one_chunk(generator_dir):
 
 
 def test_the_free_functions_are_what_the_engine_runs(engine):
-    from specrej import decoding
+    from specrej.engine import decoding
 
     prompt_ids = engine.encode_prompt("Explain gravity to a child.")
     ours = decoding.prefill(engine.forward, prompt_ids)
@@ -183,7 +182,7 @@ def test_the_free_functions_are_what_the_engine_runs(engine):
 
 def test_the_llama_forward_implements_the_forward_pass_interface(engine):
     """What a fallback forward pass must provide: every member of decoding.ForwardPass."""
-    from specrej.decoding import ForwardPass
+    from specrej.engine.decoding import ForwardPass
 
     members = set(ForwardPass.__annotations__) | {
         name for name, value in vars(ForwardPass).items() if callable(value) and not name.startswith("_")}
@@ -197,7 +196,7 @@ def test_the_llama_forward_implements_the_forward_pass_interface(engine):
 def test_the_prompt_state_is_the_forward_pass_own(engine):
     """forward_prompt's PromptState is what its own RowCache.share_prompt takes: the llama path's
     per-layer k and v (cache.PromptKV), attached as they are (no copy)."""
-    from specrej.cache import PromptKV
+    from specrej.engine.cache import PromptKV
 
     prompt = decoding.prefill(engine.forward, engine.encode_prompt("Explain gravity to a child."))
     assert isinstance(prompt.state, PromptKV) and prompt.state.prompt_len == len(prompt.token_ids)
@@ -212,7 +211,7 @@ def test_decoding_knows_nothing_of_the_engine():
     import ast
     from pathlib import Path
 
-    from specrej import decoding
+    from specrej.engine import decoding
 
     tree = ast.parse(Path(decoding.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
@@ -225,8 +224,9 @@ def test_a_rollout_needs_only_the_forward_pass_and_runs_the_free_functions(gener
     """Rollout over the bare forward pass (no engine) with explicit stop tokens and chunk sizes gives
     what Engine.rollout gives, and its steps are
     decoding.sample / decoding.decode_one_token (patching the free function reaches it)."""
-    from specrej import decoding, load_engine
-    from specrej.decoding import Rollout
+    from specrej import load_engine
+    from specrej.engine import decoding
+    from specrej.engine.decoding import Rollout
 
     engine = load_engine(str(generator_dir))
     frequent = reference_logits(engine, engine.encode_prompt("Write a poem about the sea."), [[]])[0].topk(2).indices
@@ -264,8 +264,8 @@ def test_detokenize_skips_special_tokens(engine):
 
 
 def test_decode_n_tokens_stops_at_a_decision_token_and_when_the_capacity_is_reached(engine):
-    from specrej.budget import TokenBudget
-    from specrej.decoding import decode_n_tokens
+    from specrej.engine.budget import TokenBudget
+    from specrej.engine.decoding import decode_n_tokens
 
     engine.stop_token_ids, stop_ids = torch.tensor([-1]), engine.stop_token_ids  # no row finishes early
     try:

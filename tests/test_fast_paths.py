@@ -16,12 +16,11 @@ import logging
 
 import pytest
 import torch
-
-from specrej import decoding
 from conftest import GENERATOR_TEMPLATE, build_tokenizer
 
 from specrej import SamplingParams, SpecrejError, load_engine
-from specrej.budget import PeakMemory
+from specrej.engine import decoding
+from specrej.engine.budget import PeakMemory
 
 PROMPT = "Write a poem about the sea."
 MODELS = ["qwen3", "gemma3_text"]
@@ -121,8 +120,8 @@ def assert_matches_hf(engine, prompt_ids, rollout):
 
 
 def test_qwen3_and_gemma3_run_on_the_fast_path(model_dir, caplog):
-    from specrej.gemma3 import Gemma3Forward
-    from specrej.llama import LlamaForward
+    from specrej.engine.gemma3 import Gemma3Forward
+    from specrej.engine.llama import LlamaForward
 
     with caplog.at_level(logging.WARNING, logger="specrej"):
         qwen3 = load_engine(str(model_dir("qwen3")))
@@ -221,7 +220,7 @@ def test_the_memory_bounds_hold_measured(model_dir, model_type, dtype):
 def test_an_encoder_gemma_is_refused(model_dir):
     from transformers import AutoModelForCausalLM
 
-    from specrej.engine import forward_pass
+    from specrej.engine.engine import forward_pass
 
     model = AutoModelForCausalLM.from_pretrained(model_dir("gemma3_text"))
     model.config.use_bidirectional_attention = True

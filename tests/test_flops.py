@@ -1,4 +1,4 @@
-"""specrej.flops: FLOP counts from a model's shape, checked against values worked out by hand."""
+"""specrej.records.flops: FLOP counts from a model's shape, checked against values worked out by hand."""
 
 import json
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from specrej.flops import (
+from specrej.records.flops import (
     ModelShape,
     attention_flops,
     candidate_generation_flops,
@@ -230,7 +230,7 @@ def test_smollm2_135m_sanity():
 
 
 def test_imports_without_torch():
-    code = "import sys, specrej.flops; assert 'torch' not in sys.modules, sorted(sys.modules)"
+    code = "import sys, specrej.records.flops; assert 'torch' not in sys.modules, sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

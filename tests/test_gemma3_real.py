@@ -13,9 +13,9 @@ import zipfile
 import pytest
 import torch
 
-from specrej import decoding
-
-from specrej import LogProbReward, SamplingParams, SpecrejError, best_of_n, models, speculative_rejection
+from specrej import LogProbReward, SamplingParams, SpecrejError, best_of_n, speculative_rejection
+from specrej.engine import decoding
+from specrej.models import loading as models
 
 # logits are O(10) and the vocabulary is 262k: float32 through a cache vs one fresh forward differ
 # by a few 1e-5 (measured); this leaves room without hiding a wrong position or mask (O(1) errors)

@@ -1,4 +1,4 @@
-"""Other architectures: the fallback forward pass (specrej/hf_forward.py) for any causal LM, and the
+"""Other architectures: the fallback forward pass (specrej/engine/hf_forward.py) for any causal LM, and the
 engine's own forward pass on Mistral, Qwen2, Qwen3 and Gemma 3 (float32 and bfloat16), against Hugging Face's own
 full forward pass over the same tokens.
 
@@ -11,9 +11,8 @@ import logging
 import pytest
 import torch
 
-from specrej import decoding
-
 from specrej import LogProbReward, SamplingParams, best_of_n, load_engine, speculative_rejection
+from specrej.engine import decoding
 
 FALLBACK = ["gemma2", "phi3", "olmo2", "gpt_neox", "gpt2", "jamba", "mamba"]
 FAST = ["mistral", "qwen2", "qwen3", "gemma3_text"]
@@ -154,7 +153,7 @@ def test_fallback_memory_accounting_is_measured_from_the_models_cache(tiny_model
     assert decoding.decode_chunk_rows(engine.forward, engine.decode_chunk_bytes, 100) >= 2**40  # no row chunks: the model's cache is one batch
     assert fwd.kind == "hf" and fwd.chunked_decode is False
     # the prompt state is the model's own cache object of the prompt, held by the rows' cache as it is
-    from specrej.hf_forward import HFPromptCache
+    from specrej.engine.hf_forward import HFPromptCache
 
     prompt = decoding.prefill(engine.forward, prompt_ids)
     assert isinstance(prompt.state, HFPromptCache) and prompt.state.prompt_len == len(prompt_ids)
@@ -222,7 +221,7 @@ def test_fallback_in_bfloat16_is_close_to_hf_bfloat16(tiny_model_dir, model_type
 
 
 def test_the_fallback_implements_the_forward_pass_interface(tiny_model_dir):
-    from specrej.decoding import ForwardPass, RowCache
+    from specrej.engine.decoding import ForwardPass, RowCache
 
     engine = load_engine(str(tiny_model_dir("gpt2")))
     for protocol, obj in ((ForwardPass, engine.forward), (RowCache, engine.forward.new_cache())):

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from specrej.cli import main
+from specrej.cli.main import main
+from specrej.engine.sampling import SamplingParams
 from specrej.errors import SpecrejError
-from specrej.io import PromptItem, output_lock, read_records
-from specrej.sampling import SamplingParams
+from specrej.records.io import PromptItem, output_lock, read_records
 
 TESTS = Path(__file__).parent
 NINES = "9" * 400  # a float of inf, an int of 400 digits
@@ -47,18 +47,18 @@ def no_loading(monkeypatch):
     """Reading the prompts or loading a model or reward fails loudly: a case that gets that far was
     not refused by the option checks."""
     import specrej.api  # noqa: F401  imported first: one importing a patched name would keep the patch
-    import specrej.prefixes  # noqa: F401
+    import specrej.rewards.prefixes  # noqa: F401
 
     def reached(*args, **kwargs):
         raise AssertionError("the option checks let it through: it reached loading")
 
-    monkeypatch.setattr("specrej.io.read_prompts", reached)
+    monkeypatch.setattr("specrej.records.io.read_prompts", reached)
     monkeypatch.setattr("specrej.api.read_prompts", reached)
     monkeypatch.setattr("specrej.api.load_engine", reached)
-    monkeypatch.setattr("specrej.models.load_generator", reached)
-    monkeypatch.setattr("specrej.rewards.load_reward", reached)
-    monkeypatch.setattr("specrej.io.read_records", reached)
-    monkeypatch.setattr("specrej.prefixes.read_records", reached)
+    monkeypatch.setattr("specrej.models.loading.load_generator", reached)
+    monkeypatch.setattr("specrej.rewards.reward.load_reward", reached)
+    monkeypatch.setattr("specrej.records.io.read_records", reached)
+    monkeypatch.setattr("specrej.rewards.prefixes.read_records", reached)
 
 
 BON = ["--method", "bon", "--n", "2"]
@@ -368,7 +368,7 @@ NUM_PROMPTS = 40
 
 
 def cli_command(generator_dir, prompts, out) -> list[str]:
-    return [sys.executable, "-m", "specrej.cli", "generate", "--model", str(generator_dir), "--prompts", str(prompts),
+    return [sys.executable, "-m", "specrej.cli.main", "generate", "--model", str(generator_dir), "--prompts", str(prompts),
             "--out", str(out), "--method", "bon", "--n", "2", "--max-new-tokens", "8", "--memory-budget", "64MiB",
             "--device", "cpu", "--dtype", "float32", "--no-progress",
             "--reward", "python:test_input_checks:slow_length"]

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from specrej.errors import SpecrejError
-from specrej.io import RecordWriter, merge_shards, output_lock, read_records
+from specrej.records.io import RecordWriter, merge_shards, output_lock, read_records
 
 
 def shard_record(seed, scores, total_s, error=None):
@@ -66,7 +66,7 @@ def test_a_file_holding_a_prompt_twice_is_refused(tmp_path):
 
 
 def lock_in_child(path) -> subprocess.CompletedProcess:
-    code = "import sys\nfrom specrej.io import output_lock\nwith output_lock(sys.argv[1]):\n    pass"
+    code = "import sys\nfrom specrej.records.io import output_lock\nwith output_lock(sys.argv[1]):\n    pass"
     return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
 
 

@@ -1,4 +1,4 @@
-"""specrej.judge: the local pairwise judge's batched forward passes equal one-at-a-time ones."""
+"""specrej.rewards.judge: the local pairwise judge's batched forward passes equal one-at-a-time ones."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from specrej import judge as judge_module
-from specrej.judge import _batches, _encode, _next_token_logprobs, load_judge, local_judge_completions
+from specrej.rewards import judge as judge_module
+from specrej.rewards.judge import _batches, _encode, _next_token_logprobs, load_judge, local_judge_completions
 
 PREFIX = "The better response is Response "
 WORDS = "the quick brown fox jumps over the lazy dog speculative rejection halts low scoring responses".split()

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from specrej import LogProbReward, SamplingParams, SpecrejError, best_of_n, load_reward, speculative_rejection
-from specrej.methods.session import Session, is_out_of_memory
 from specrej.api import run_one, run_prompts
-from specrej.budget import PeakMemory, token_capacity
-from specrej import decoding
-from specrej.decoding import Rollout
+from specrej.engine import decoding
+from specrej.engine.budget import PeakMemory, token_capacity
+from specrej.engine.decoding import Rollout
+from specrej.methods.session import Session, is_out_of_memory
 
 PROMPT = "Write a poem about the sea."
 SAMPLING = SamplingParams(max_new_tokens=24)
@@ -203,7 +203,7 @@ def test_the_default_batch_is_halved_too(engine, monkeypatch):
 
 def test_a_prompt_out_of_memory_even_with_one_row_gets_an_error_record_and_the_run_goes_on(
         engine, monkeypatch, tmp_path):
-    from specrej.io import read_records
+    from specrej.records.io import read_records
 
     decode = decoding.decode_one_token
 
@@ -221,7 +221,7 @@ def test_a_prompt_out_of_memory_even_with_one_row_gets_an_error_record_and_the_r
     monkeypatch.setattr(decoding, "decode_one_token", decode_one_token)
     monkeypatch.setattr(engine, "encode_prompt", encode_prompt)
     monkeypatch.setattr(engine, "_current", "", raising=False)
-    from specrej.io import PromptItem
+    from specrej.records.io import PromptItem
 
     items = [PromptItem("a", "Explain gravity to a child."), PromptItem("b", PROMPT)]
     with pytest.warns(UserWarning):
@@ -243,7 +243,7 @@ def test_other_errors_are_not_taken_for_out_of_memory():
                                     SamplingParams(top_p=0.9), SamplingParams(temperature=0.7, top_p=0.9),
                                     SamplingParams(temperature=0.7, top_p=0.9, top_k=50)])
 def test_the_sampler_stays_within_its_copies(engine, params):
-    from specrej.sampling import sampler_copies
+    from specrej.engine.sampling import sampler_copies
 
     rows = 64
     hidden = torch.randn(rows, engine.config.hidden_size)

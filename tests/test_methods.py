@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from specrej.cli import main
+from specrej.cli.main import main
 from specrej.errors import SpecrejError
-from specrej.io import read_records
 from specrej.methods import Method, Param, built_in, get_method
+from specrej.methods.cuts import num_kept
 from specrej.methods.random_halting import RandomCut
 from specrej.methods.session import Candidate
 from specrej.methods.sr import memory_guard
-from specrej.selection import num_kept
+from specrej.records.io import read_records
 
 
 def generate(generator_dir, prompts, out, *extra):
@@ -331,8 +331,8 @@ def test_a_method_that_raises_on_every_prompt_stops_early_with_one_line(generato
 
 def test_python_api_runs_a_method_object(generator_dir):
     from specrej.api import load_engine, run_one
-    from specrej.rewards import LogProbReward
-    from specrej.sampling import SamplingParams
+    from specrej.engine.sampling import SamplingParams
+    from specrej.rewards.reward import LogProbReward
 
     engine = load_engine(str(generator_dir), dtype="float32", device="cpu")
     method = get_method("sr-random")

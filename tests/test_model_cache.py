@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from specrej.errors import SpecrejError
-from specrej.model_cache import build_once, is_complete
+from specrej.models.cache import build_once, is_complete
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,7 +140,7 @@ def _cold_env(tmp_path: Path) -> dict:
 
 
 def _specrej(*args) -> list[str]:
-    return [sys.executable, "-m", "specrej.cli", *map(str, args)]
+    return [sys.executable, "-m", "specrej.cli.main", *map(str, args)]
 
 
 @pytest.mark.slow
@@ -219,8 +219,8 @@ def test_fetch_model_of_an_unknown_hub_id_offline_is_one_line(tmp_path):
 
 def test_a_full_disk_while_writing_records_is_one_line(tmp_path, monkeypatch, capsys):
     """ENOSPC from the record writer (as a full disk raises it): one line, exit 2."""
-    from specrej import cli
-    from specrej.io import RecordWriter
+    from specrej.cli import main as cli
+    from specrej.records.io import RecordWriter
 
     def full(self, record):
         raise OSError(errno.ENOSPC, "No space left on device", str(self.path))

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from specrej import models
 from specrej.errors import SpecrejError
+from specrej.models import loading as models
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 

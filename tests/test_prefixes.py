@@ -6,10 +6,10 @@ import math
 import pandas as pd
 import pytest
 
-from specrej.cli import main
-from specrej.io import read_records
-from specrej.prefixes import PREFIX_COLUMNS, generator_decoder, score_prefixes
-from specrej.rewards import LogProbReward, Response, load_reward
+from specrej.cli.main import main
+from specrej.records.io import read_records
+from specrej.rewards.prefixes import PREFIX_COLUMNS, generator_decoder, score_prefixes
+from specrej.rewards.reward import LogProbReward, Response, load_reward
 
 TAUS = [1, 4, 8, 32]  # max_new_tokens is 16, so tau = 32 is past the end of every response
 
@@ -183,9 +183,9 @@ def test_help_lists_every_option(capsys):
 
 
 def test_the_prefix_table_columns_have_one_definition():
-    import specrej.io
-    import specrej.prefixes
+    import specrej.records.io
+    import specrej.rewards.prefixes
 
     correlation = pytest.importorskip("analysis.correlation")
-    assert specrej.prefixes.PREFIX_COLUMNS is specrej.io.PREFIX_COLUMNS is correlation.PREFIX_COLUMNS
-    assert tuple(specrej.io.PREFIX_DTYPES) == specrej.io.PREFIX_COLUMNS
+    assert specrej.rewards.prefixes.PREFIX_COLUMNS is specrej.records.io.PREFIX_COLUMNS is correlation.PREFIX_COLUMNS
+    assert tuple(specrej.records.io.PREFIX_DTYPES) == specrej.records.io.PREFIX_COLUMNS

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specrej import LogProbReward, Response, SpecrejError, load_reward
-from specrej.rewards import SequenceClassificationReward
+from specrej.rewards.reward import SequenceClassificationReward
 
 
 def test_reward_model_renders_with_its_own_chat_template(reward_model_dir):

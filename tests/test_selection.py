@@ -2,7 +2,7 @@
 
 import pytest
 
-from specrej.selection import accepted, num_kept, rejection_cutoff
+from specrej.methods.cuts import accepted, num_kept, rejection_cutoff
 
 
 def test_cutoff_is_the_alpha_lower_quantile_and_ties_go_on():

@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-from specrej import decoding
-
+from specrej.engine import decoding
 from specrej.methods.st_bon import (
     coe_features,
     consistency_scores,
@@ -112,8 +111,8 @@ def test_identical_first_and_last_states_stay_finite():
 
 # -- the method on the engine (the tiny random generator) -------------------------------------------
 from specrej import SamplingParams, best_of_n, load_engine, load_reward  # noqa: E402
-from specrej.flops import ModelShape, record_flops  # noqa: E402
 from specrej.api import run_one  # noqa: E402
+from specrej.records.flops import ModelShape, record_flops  # noqa: E402
 
 
 def self_truncation_best_of_n(engine, reward, prompt, **params):
@@ -242,7 +241,7 @@ def test_the_winner_continues_in_place_and_only_it_is_scored(engine):
 
 def test_a_full_budget_votes_early_or_fails_as_asked(no_stop_engine):
     from specrej import SpecrejError
-    from specrej.budget import token_capacity
+    from specrej.engine.budget import token_capacity
 
     engine = no_stop_engine
     prompt_len = len(engine.encode_prompt(PROMPT))

@@ -9,7 +9,7 @@ config dict:
 - ``Plan``: the jobs' dimensions (pairs, prompt chunks, deltas, the pairs of each table and
   figure), built once the config is valid.
 - ``generate_args`` / ``prefix_args``: the options of ``specrej generate`` / ``score-prefixes``
-  per job (the CLI's flags, checked against ``specrej.cli.build_parser`` by the tests).
+  per job (the CLI's flags, checked against ``specrej.cli.main.build_parser`` by the tests).
 - ``failed_prompts_message`` / ``out_of_range_messages``: what ``onsuccess`` prints.
 """
 
@@ -190,7 +190,7 @@ def plan_prompts(config: dict, select=None, basedir=".") -> list[tuple]:
     if source is None:
         return [(index, None) for index in select]
     from specrej.errors import SpecrejError
-    from specrej.io import read_prompts  # torch-free
+    from specrej.records.io import read_prompts  # torch-free
 
     try:
         items = read_prompts(source)

@@ -1,7 +1,7 @@
 """MkDocs hook: the pages that must not drift from the code are generated at build time.
 
 - ``<!-- specrej:cli-reference -->`` (docs/cli.md) becomes every command and option of
-  ``specrej.cli.build_parser()``: its usage, description, and a table of its options with their
+  ``specrej.cli.main.build_parser()``: its usage, description, and a table of its options with their
   values, defaults and help, as argparse holds them.
 - ``<!-- specrej:method-parameters -->`` (docs/methods.md) becomes one table per built-in method
   (``specrej.methods.built_in()``) from each parameter's ``Param.describe()``.
@@ -116,12 +116,12 @@ def _usage(parser: argparse.ArgumentParser, width: int = 100) -> str:
 
 
 def cli_reference_markdown(parser: argparse.ArgumentParser | None = None) -> str:
-    """Every command and option of `specrej` (``specrej.cli.build_parser()``) as Markdown."""
+    """Every command and option of `specrej` (``specrej.cli.main.build_parser()``) as Markdown."""
     if parser is None:
-        from specrej.cli import build_parser
+        from specrej.cli.main import build_parser
 
         parser = build_parser()
-    lines = [("Generated from `specrej.cli.build_parser()` when this site was built: "
+    lines = [("Generated from `specrej.cli.main.build_parser()` when this site was built: "
               "what `specrej --help` and `specrej COMMAND --help` print, as tables."), "",
              "### specrej", "", f"```text\n{_usage(parser)}\n```", "", _cell(parser.description or ""), ""]
     lines += _options_table(parser)
@@ -138,7 +138,7 @@ def cli_reference_markdown(parser: argparse.ArgumentParser | None = None) -> str
 def option_strings(parser: argparse.ArgumentParser | None = None) -> dict[str, set[str]]:
     """{"": the top-level options, command: its option strings} of the parser."""
     if parser is None:
-        from specrej.cli import build_parser
+        from specrej.cli.main import build_parser
 
         parser = build_parser()
     found = {"": {o for a in parser._actions for o in a.option_strings}}

@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 from collections.abc import Hashable, Sequence
 
-from ..selection import num_kept
 from .base import Display, Method
+from .cuts import num_kept
 from .registry import register
 from .session import Session
 from .sr import ALPHA, schedule_params, speculative_rejection

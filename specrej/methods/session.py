@@ -2,7 +2,7 @@
 the KV budget, batches, scoring, halting, decisions, timers, FLOPs, out-of-memory typing) as
 the work happens, and a method only decides (`Method.run(session, params)`). `run_method` runs a
 method on one prompt: memory measurement around it, and out-of-memory retries with half the
-batch. The `Result` it returns is the trajectory record (`Result.to_record`, specrej/io.py).
+batch. The `Result` it returns is the trajectory record (`Result.to_record`, specrej/records/io.py).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .. import flops
-from ..budget import PeakMemory, TokenBudget, default_memory_budget, format_size, token_capacity
-from ..decoding import Rollout, RowOutput, decode_n_tokens, make_room, prefill
+from ..engine.budget import PeakMemory, TokenBudget, default_memory_budget, format_size, token_capacity
+from ..engine.decoding import Rollout, RowOutput, decode_n_tokens, make_room, prefill
+from ..engine.sampling import SamplingParams
 from ..errors import SpecrejError
-from ..rewards import Response, Reward, finite_scores
-from ..sampling import SamplingParams
+from ..records import flops
+from ..rewards.reward import Response, Reward, finite_scores
 
 
 @dataclass

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import SpecrejError
-from ..selection import DEFAULT_MAX_INIT_BATCH, AlphaCut, Cut
 from .base import Display, Method, Param
+from .cuts import DEFAULT_MAX_INIT_BATCH, AlphaCut, Cut
 from .registry import register
 from .session import Candidate, Round, Session
 

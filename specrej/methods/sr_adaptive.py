@@ -4,8 +4,8 @@ of the best row's, with a per-round risk delta of halting the row that would end
 
 from __future__ import annotations
 
-from ..adaptive import AdaptiveCut
 from ..errors import SpecrejError
+from .adaptive_cut import AdaptiveCut
 from .base import Display, Method, Param
 from .registry import register
 from .session import Session
@@ -16,7 +16,7 @@ def read_fit(path: str) -> dict:
     """The fit file, read once per run file: final on partial reward per decision token."""
     import pandas as pd
 
-    from ..adaptive import fit_from_prefix_table
+    from .adaptive_cut import fit_from_prefix_table
 
     try:
         return fit_from_prefix_table(pd.read_parquet(path))

@@ -34,7 +34,7 @@ from collections.abc import Collection, Sequence
 
 import torch
 
-from ..decoding import Rollout
+from ..engine.decoding import Rollout
 from ..errors import SpecrejError
 from .base import Display, Method, Param
 from .registry import register

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from analysis.adaptive_study import against_fixed_alpha, fits_table, sr_param, survival_at_equal_tokens
-from specrej.adaptive import PartialFit
+from specrej.methods.adaptive_cut import PartialFit
 
 # slope 1, sigma 0.5 and z = 1 (correction "none"): the rule keeps rows within 2 z sigma / slope
 # = 1.0 of the best partial score.

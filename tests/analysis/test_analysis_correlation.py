@@ -15,7 +15,7 @@ from analysis.correlation import (
     summarize_by_tau,
     tokens_saved_fraction,
 )
-from specrej.selection import num_kept
+from specrej.methods.cuts import num_kept
 
 # Any warning (constant-input, divide-by-zero, deprecations) fails the test: degenerate groups
 # must be handled, not shouted about.

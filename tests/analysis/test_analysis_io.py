@@ -145,7 +145,7 @@ def test_records_with_a_setting_are_keyed_by_it():
 
 
 def test_a_bon_record_merged_from_shards_is_keyed_by_its_total_n():
-    # specrej.io.merge_shards keeps the first shard's params: params.n is the total (32), the
+    # specrej.records.io.merge_shards keeps the first shard's params: params.n is the total (32), the
     # setting may still name the shard (8); shard files and merged files must agree on the key.
     shard = with_setting(BON_RECORD, "bon", {"n": 8, "batch_size": 4}, "Bo8")
     shard["params"] = {**shard["params"], "n": 8}

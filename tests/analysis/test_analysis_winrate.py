@@ -335,7 +335,7 @@ def test_generators_with_several_rewards_get_one_row_each(no_network):
 # ------------------------------------------------------------------------------- local judge
 def test_chatml_prompt_becomes_chat_messages():
     pytest.importorskip("torch")
-    from specrej.judge import chatml_to_messages
+    from specrej.rewards.judge import chatml_to_messages
 
     prompt = "<|im_start|>system\nBe fair.\n<|im_end|>\n<|im_start|>user\nWhich is better?\n<|im_end|>"
     assert chatml_to_messages(prompt) == [{"role": "system", "content": "Be fair."},
@@ -345,7 +345,7 @@ def test_chatml_prompt_becomes_chat_messages():
 
 @needs_alpaca_eval
 def test_local_judge_runs_on_a_tiny_model(generator_dir, no_network):
-    from specrej.judge import local_judge_completions
+    from specrej.rewards.judge import local_judge_completions
 
     completions = local_judge_completions(["<|im_start|>user\nPick 1 or 2.\n<|im_end|>"], model_name=str(generator_dir),
                                           top_logprobs=400)

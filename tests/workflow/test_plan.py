@@ -270,8 +270,8 @@ def test_generate_args_are_quoted_for_the_shell(config):
 
 
 def test_engine_options_parse_with_the_engines_own_parser(config):
-    """The options the plan builds are the CLI's: specrej.cli's parser accepts every one."""
-    from specrej.cli import build_parser
+    """The options the plan builds are the CLI's: specrej.cli.main's parser accepts every one."""
+    from specrej.cli.main import build_parser
 
     parser = build_parser()
     config["bon"].update(batch_size=16)
@@ -448,7 +448,7 @@ def test_method_settings_sr_alphas_then_the_methods_grids(config):
     # the sr block's schedule (batch size, decision tokens, max_init_batch), the grid's min_tokens over it
     assert params == ["batch_size=64", "min_tokens=4", "max_init_batch=1000", "decision_tokens=8,16", "alpha=0.7"]
     assert args[args.index("--memory-budget") + 1] == "64MiB"
-    from specrej.cli import build_parser
+    from specrej.cli.main import build_parser
 
     parsed = build_parser().parse_args(["generate", *args, "--prompts", "p.json", "--out", "o.jsonl"])
     assert parsed.method == "sr-random" and parsed.param == params

@@ -1,4 +1,4 @@
-# Adaptive rejection (paper §6, specrej/adaptive.py): the partial/final fit from held-out prompts
+# Adaptive rejection (paper §6, specrej/methods/adaptive_cut.py): the partial/final fit from held-out prompts
 # (sr.adaptive.calibration_prompts: their Best-of-N shards scored at the correlation study's
 # decision tokens), and the best response's survival against fixed α at equal tokens on the
 # correlation study's responses. The adaptive SR runs themselves are rule sr_adaptive (decode.smk).

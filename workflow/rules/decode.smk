@@ -115,7 +115,7 @@ rule merge_method:
 
 
 rule sr_adaptive:
-    """Speculative Rejection with the adaptive rule at one delta (specrej/adaptive.py, paper §6),
+    """Speculative Rejection with the adaptive rule at one delta (specrej/methods/adaptive_cut.py, paper §6),
     its partial/final fit from the held-out prompts (or online, without them)."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",

@@ -5,7 +5,7 @@ import sys
 
 from analysis.adaptive_study import survival_at_equal_tokens
 from analysis.io import load_prefix_table
-from specrej.adaptive import fit_from_prefix_table
+from specrej.methods.adaptive_cut import fit_from_prefix_table
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 params = snakemake.params  # noqa: F821

@@ -1,4 +1,4 @@
-"""The one way the workflow calls the engine: `specrej.cli.main(argv)` in the job's own process.
+"""The one way the workflow calls the engine: `specrej.cli.main.main(argv)` in the job's own process.
 
 Both engine rules (the generation rules through generate.py, score_prefixes through
 score_prefixes.py) run their `specrej` command line through `call_specrej`, with the options the
@@ -39,7 +39,8 @@ def call_specrej(argv: list[str], *, gpus: int) -> int:
     """Run `specrej ARGV` here and return its exit code; a GPU job (`gpus` > 0) holds one free
     local GPU while it runs (gpu_slot.py)."""
     from gpu_slot import gpu_slot
-    from specrej.cli import main
+
+    from specrej.cli.main import main
 
     print("specrej " + " ".join(shlex.quote(str(a)) for a in argv), file=sys.stderr)
     with gpu_slot() if gpus else contextlib.nullcontext():

@@ -13,7 +13,7 @@ log_to(snakemake.log[0])  # noqa: F821
 spec = snakemake.params.spec  # noqa: F821
 code = call_specrej(["fetch-model", spec], gpus=0)
 if code == 0:
-    from specrej.models import resolve_model_path
+    from specrej.models.loading import resolve_model_path
 
     marker = snakemake.output[0]  # noqa: F821
     os.makedirs(os.path.dirname(marker), exist_ok=True)

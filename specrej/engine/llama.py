@@ -15,9 +15,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from ..errors import SpecrejError
 from .budget import kv_bytes_per_token
 from .cache import KVCache, PromptKV
-from .errors import SpecrejError
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # the model types LlamaForward runs
 

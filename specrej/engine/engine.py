@@ -16,9 +16,9 @@ from collections.abc import Iterable
 
 import torch
 
+from ..errors import SpecrejError
 from . import gemma3, llama
 from .decoding import ForwardPass, PrefilledPrompt, Rollout
-from .errors import SpecrejError
 from .gemma3 import Gemma3Forward
 from .hf_forward import HFForward
 from .llama import LlamaForward

@@ -15,7 +15,7 @@ last token: on a 2-core CPU about 2x less time per comparison than one prompt at
 the same log-probs (float32, within 1e-4).
 
 This module does not import alpaca_eval (only ``analysis.winrate`` does), and it loads models
-through ``specrej.models.load_generator``, so ``default``, hub ids, directories and .gguf work.
+through ``specrej.models.loading.load_generator``, so ``default``, hub ids, directories and .gguf work.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from functools import lru_cache
 
 import torch
 
-from .models import load_generator
+from ..models.loading import load_generator
 
 # Tokens per forward pass, padding included: ~10 judge prompts of ~400 tokens.  On a 2-core CPU,
 # with SmolLM2-135M, 4096 was as fast as or faster than 2048 and 8192; activations stay small.

@@ -22,8 +22,8 @@ from typing import Protocol
 
 import torch
 
-from .errors import SpecrejError
-from .models import load_reward_model
+from ..errors import SpecrejError
+from ..models.loading import load_reward_model
 
 
 @dataclass(frozen=True)

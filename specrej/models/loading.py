@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import SpecrejError
-from .model_cache import build_once, cache_dir
+from ..errors import SpecrejError
+from .cache import build_once, cache_dir
 
 DEFAULT_MODEL = "default"
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # org/name; anything else is a path

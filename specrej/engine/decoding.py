@@ -17,9 +17,9 @@ from typing import Protocol
 
 import torch
 
-from .cache import compaction_order, moved_rows
-from .errors import SpecrejError
+from ..errors import SpecrejError
 from .budget import TokenBudget
+from .cache import compaction_order, moved_rows
 from .sampling import SamplingParams, sample_next, token_logprobs, top_logprobs
 
 

@@ -37,10 +37,10 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .errors import SpecrejError
-from .io import PREFIX_COLUMNS, PREFIX_DTYPES, read_records
-from .rewards import LogProbReward, Response, Reward, finite_scores
-from .sampling import check_int
+from ..engine.sampling import check_int
+from ..errors import SpecrejError
+from ..records.io import PREFIX_COLUMNS, PREFIX_DTYPES, read_records
+from .reward import LogProbReward, Response, Reward, finite_scores
 
 Decode = Callable[[list[list[int]]], list[str]]
 
@@ -155,7 +155,7 @@ def write_parquet(frame: pd.DataFrame, out: str | os.PathLike) -> None:
 
 def generator_decoder(model: str, trust_remote_code: bool = False) -> Decode:
     """`decode` for `score_prefixes` from the generator's tokenizer alone (no weights loaded)."""
-    from .models import load_tokenizer
+    from ..models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(model, trust_remote_code)
     return lambda token_ids: tokenizer.batch_decode(token_ids, skip_special_tokens=True)
@@ -170,7 +170,7 @@ def score_prefix_file(trajectories: str | os.PathLike, out: str | os.PathLike, *
     `model` (the generator, for its tokenizer) defaults to the records' `params.model`; it is
     loaded only for rewards that score text. Bad input raises SpecrejError before any model loads.
     """
-    from .rewards import load_reward
+    from .reward import load_reward
 
     taus = check_decision_tokens(decision_tokens)
     check_int(reward_batch_size, "--reward-batch-size", 1)

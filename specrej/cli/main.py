@@ -11,10 +11,9 @@ import signal
 import sys
 import threading
 
-from . import __version__
-from .budget import parse_size
-from .errors import SpecrejError
-from .errors import shown
+from .. import __version__
+from ..engine.budget import parse_size
+from ..errors import SpecrejError, shown
 
 # Bad input fails with one line, `specrej: error: --option ...`, and exit status 2, before any
 # model or prompt file is read: the parser's types below read each value's syntax (the usage
@@ -136,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "text with the tokenizer's own special tokens (BOS), as the paper prompts its base "
                           "models; 'auto' is chat when the tokenizer has a chat template, else plain. Recorded in "
                           "each record's params.prompt_format (chat or plain)")
-    from .methods import built_in
+    from ..methods import built_in
 
     gen.add_argument("--method", required=True, metavar="METHOD",
                      help=", ".join(f"{m.name} ({m.description})" for m in built_in().values())
@@ -230,7 +229,7 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def fetch_models(args: argparse.Namespace) -> None:
-    from .models import prepare_model
+    from ..models.loading import prepare_model
 
     for spec in args.models:
         print(f"{spec}: {prepare_model(spec)}")
@@ -249,7 +248,7 @@ def _shorten(text: str, limit: int | None) -> str:
 
 
 def summarize(args: argparse.Namespace) -> None:
-    from .io import read_records
+    from ..records.io import read_records
 
     if args.max_chars is not None and args.max_chars < 1:
         raise SpecrejError(f"--max-chars must be >= 1, got {args.max_chars}")
@@ -280,9 +279,9 @@ def summarize(args: argparse.Namespace) -> None:
 def method_arguments(args: argparse.Namespace):
     """The method and its checked parameters from its flags and --param NAME=VALUE (each parsed
     by the method's own declaration), before any file is read or model loaded."""
-    from .api import check_run
-    from .methods import built_in, get_method
-    from .sampling import SamplingParams
+    from ..api import check_run
+    from ..engine.sampling import SamplingParams
+    from ..methods import built_in, get_method
 
     method = get_method(args.method)
     flagged = {param.name for m in built_in().values() for param in m.params if param.flag}
@@ -301,11 +300,11 @@ def method_arguments(args: argparse.Namespace):
 
 
 def generate(args: argparse.Namespace) -> int:
-    from .io import read_prompts
+    from ..records.io import read_prompts
 
     method, params, sampling = method_arguments(args)  # every option and file parameter, before a model loads
-    from .api import output_settings
-    from .io import check_resume
+    from ..api import output_settings
+    from ..records.io import check_resume
 
     settings = output_settings(method, dict(params), model=args.model, reward=args.reward, seed=args.seed, sampling=sampling,
                                memory_budget=args.memory_budget, prompt_format=args.prompt_format)
@@ -323,7 +322,7 @@ def generate(args: argparse.Namespace) -> int:
 
 def _finished(out: str, prompts: list) -> int | str:
     """How many of `prompts` OUT holds a record of (an earlier run's included)."""
-    from .io import read_records
+    from ..records.io import read_records
 
     try:
         done = {record["prompt_id"] for record in read_records(out)}
@@ -333,9 +332,9 @@ def _finished(out: str, prompts: list) -> int | str:
 
 
 def _generate(args: argparse.Namespace, prompts: list, sampling, method, params: dict) -> int:
-    from .api import load_engine, run_prompts
-    from .io import output_lock
-    from .rewards import load_reward
+    from ..api import load_engine, run_prompts
+    from ..records.io import output_lock
+    from ..rewards.reward import load_reward
 
     with output_lock(args.out):  # a second run on OUT is refused before it loads any model
         engine = load_engine(args.model, dtype=args.dtype, device=args.device,
@@ -357,7 +356,7 @@ def _generate(args: argparse.Namespace, prompts: list, sampling, method, params:
 
 
 def score_prefixes(args: argparse.Namespace) -> None:
-    from .prefixes import score_prefix_file
+    from ..rewards.prefixes import score_prefix_file
 
     score_prefix_file(args.trajectories, args.out, reward=args.reward, decision_tokens=args.decision_tokens,
                       model=args.model, dtype=args.dtype, device=args.device,

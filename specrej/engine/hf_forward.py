@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import SpecrejError
+from ..errors import SpecrejError
 
 
 @dataclass

@@ -25,10 +25,10 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SpecrejError
+from ..errors import SpecrejError
 
 # The prefix table (`specrej score-prefixes` writes it, analysis.correlation reads it): its columns
-# in order and their dtypes. specrej/prefixes.py says what each column holds.
+# in order and their dtypes. specrej/rewards/prefixes.py says what each column holds.
 PREFIX_DTYPES = {"prompt_id": "str", "candidate_id": "int64", "tau": "int64", "partial_score": "float64",
                  "final_score": "float64", "num_tokens": "int64", "finished_before_tau": "bool"}
 PREFIX_COLUMNS = tuple(PREFIX_DTYPES)

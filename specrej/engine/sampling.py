@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import SpecrejError, shown
+from ..errors import SpecrejError, shown
 
 # The smallest positive temperature: below it the tempered fp32 logits overflow (1e-300 samples
 # the last token id every time) and the draw is greedy anyway; vLLM's sampler takes the same

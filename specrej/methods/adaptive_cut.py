@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import SpecrejError
-from .selection import accepted, rejection_cutoff
+from ..errors import SpecrejError
+from .cuts import accepted, rejection_cutoff
 
 if TYPE_CHECKING:
     import pandas as pd
