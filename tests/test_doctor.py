@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from specrej.cli import doctor
+from specrej.cli import doctor, doctor_env, doctor_model
 from specrej.cli.doctor import FAIL, NOTE, OK, SKIP, Check, Options, check_python, check_version, report, run_checks
 from specrej.cli.main import main
 from specrej.models.cache import is_complete
@@ -57,7 +57,7 @@ def test_doctor_without_smoke_run_passes_here_with_one_line_per_check():
     assert all(status in (OK, NOTE) for name, (status, _) in checks.items() if name != "smoke"), result.stdout
     assert checks["smoke"] == (SKIP, "skip smoke: --no-smoke")
     assert checks["device"][1].startswith("ok   device: ")
-    if is_complete(doctor.default_model_entry()):  # the default model is cached in this environment
+    if is_complete(doctor_model.default_model_entry()):  # the default model is cached in this environment
         assert checks["model"][0] == OK and "is cached in" in checks["model"][1]
     assert "Traceback" not in result.stderr
 
@@ -128,7 +128,7 @@ def test_version_checks_read_the_declared_ranges():
     from pathlib import Path
 
     project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]
-    declared = doctor.declared_requirements()
+    declared = doctor_env.declared_requirements()
     assert set(declared) == {"python", "torch", "transformers"}
     assert declared["python"] == project["requires-python"]
     for name in ("torch", "transformers"):  # as pyproject.toml writes them, e.g. transformers>=5.0,<6
@@ -141,13 +141,13 @@ def test_version_checks_read_the_declared_ranges():
 
 
 def test_the_doctor_looks_for_the_default_model_where_it_is_built(tmp_path, monkeypatch):
-    """doctor.default_model_entry is the directory models.ensure_default_model builds (here with
+    """doctor_model.default_model_entry is the directory models.ensure_default_model builds (here with
     a stand-in for the download, which is not what is tested)."""
     from specrej.models import loading as models
 
     monkeypatch.setenv("SPECREJ_CACHE", str(tmp_path))
     monkeypatch.setattr(models, "_fetch_default_model", lambda out: (out / "config.json").write_text("{}"))
-    assert models.ensure_default_model() == doctor.default_model_entry()
+    assert models.ensure_default_model() == doctor_model.default_model_entry()
     [model] = run_checks(Options(), checks=[("model", doctor.check_model)])
     assert model.status == OK and str(tmp_path) in model.detail
 

