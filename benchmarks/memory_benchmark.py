@@ -7,12 +7,8 @@ Cases: Best-of-N with n responses in batches of --batch-size, and SR (alpha 0.5)
 b_init is --b-init. Each gets the smallest budget whose KV capacity holds its batch (Best-of-N:
 batch x max_new_tokens tokens; SR: b_init x --min-tokens), so the budget is what the batch needs.
 The measured peak is `specrej.engine.budget.PeakMemory` around the prompt's run (CUDA: the allocator's
-max_memory_allocated; CPU: budget.StorageTracker, the tensor storages ATen allocates), the meter
-of this checkout, loaded from its file. To measure another version of the package with the same
-meter, put it first on the path:
-
-    git archive HEAD specrej | tar -x -C /tmp/before
-    PYTHONPATH=/tmp/before python benchmarks/memory_benchmark.py --label before
+max_memory_allocated; CPU: budget.StorageTracker, the tensor storages ATen allocates), as each
+run measures it (`measure_memory=True`).
 
 Nothing here is a test: it prints what it measured, and the command that reproduces it.
 """
@@ -20,32 +16,21 @@ Nothing here is a test: it prints what it measured, and the command that reprodu
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import platform
 import sys
 import time
 from pathlib import Path
 
 import torch
-from specrej.algorithms import best_of_n, speculative_rejection
 
 import specrej
-from specrej.api import load_engine
+from specrej.api import best_of_n, load_engine, speculative_rejection
 from specrej.engine.budget import format_size, token_capacity
 from specrej.engine.sampling import SamplingParams
 from specrej.rewards.reward import LogProbReward
 
 PROMPTS = ["Write a short story about a robot who learns to paint.",
            "Explain why the sky is blue to a ten-year-old."]
-
-
-def load_meter():
-    """PeakMemory from this checkout's specrej/engine/budget.py, whichever specrej is imported."""
-    path = Path(__file__).resolve().parents[1] / "specrej" / "budget.py"
-    spec = importlib.util.spec_from_file_location("memory_meter", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.PeakMemory
 
 
 def budget_for(engine, prompt: str, slots: int) -> int:
@@ -56,16 +41,6 @@ def budget_for(engine, prompt: str, slots: int) -> int:
     while token_capacity(budget, kv, prompt_len, layers) < slots:
         budget += kv
     return budget
-
-
-def measured(algorithm, meter_class, engine, *args, **kwargs):
-    """(result, measured peak): the algorithm's own measurement when it has one, else the meter's."""
-    if hasattr(algorithm, "__wrapped__"):  # measured by specrej itself (algorithms._measured)
-        result = algorithm(engine, *args, measure_memory=True, **kwargs)
-        return result, result.measured_peak_bytes
-    with meter_class(engine.device) as meter:
-        result = algorithm(engine, *args, **kwargs)
-    return result, meter.peak_bytes
 
 
 def main() -> None:
@@ -84,7 +59,6 @@ def main() -> None:
     parser.add_argument("--label", default="this checkout")
     args = parser.parse_args()
 
-    PeakMemory = load_meter()
     engine = load_engine(args.model, dtype=args.dtype, device=args.device)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens)
     reward = LogProbReward()
@@ -93,15 +67,17 @@ def main() -> None:
         if "bon" in args.methods:
             budget = budget_for(engine, prompt, args.batch_size * args.max_new_tokens)
             tic = time.perf_counter()
-            result, peak = measured(best_of_n, PeakMemory, engine, reward, prompt, n=args.n,
-                                    batch_size=args.batch_size, memory_budget=budget, sampling=sampling)
+            result = best_of_n(engine, reward, prompt, n=args.n, batch_size=args.batch_size, memory_budget=budget,
+                               sampling=sampling, measure_memory=True)
+            peak = result.measured_peak_bytes
             rows.append((f"BoN n={args.n} batch={args.batch_size}", budget, result, peak, time.perf_counter() - tic))
         if "sr" in args.methods:
             budget = budget_for(engine, prompt, args.b_init * args.min_tokens)
             tic = time.perf_counter()
-            result, peak = measured(speculative_rejection, PeakMemory, engine, reward, prompt, alpha=args.alpha,
-                                    memory_budget=budget, sampling=sampling, min_tokens=args.min_tokens,
-                                    max_init_batch=args.b_init)
+            result = speculative_rejection(engine, reward, prompt, alpha=args.alpha, memory_budget=budget,
+                                           sampling=sampling, min_tokens=args.min_tokens, max_init_batch=args.b_init,
+                                           measure_memory=True)
+            peak = result.measured_peak_bytes
             name = f"SR b_init={result.params['init_batch_size']} alpha={args.alpha} ({len(result.rounds)} rounds)"
             rows.append((name, budget, result, peak, time.perf_counter() - tic))
 
@@ -113,9 +89,8 @@ def main() -> None:
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for name, budget, result, peak, seconds in rows:
-        margin = getattr(result, "memory_margin_bytes", None)
         print(f"| {name} | {format_size(budget)} | {format_size(result.peak_kv_bytes)} | {format_size(peak)} | "
-              f"{peak / budget:.2f} | {format_size(margin) if margin else '-'} | {seconds:.0f} s |")
+              f"{peak / budget:.2f} | {format_size(result.memory_margin_bytes)} | {seconds:.0f} s |")
     print("\ncommand: " + " ".join([Path(sys.executable).name, *sys.argv]))
 
 

@@ -9,7 +9,7 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Candidate": "methods.session", "Result": "methods.session", "Round": "methods.session",
+    "Candidate": "records.result", "Result": "records.result", "Round": "records.result",
     "Session": "methods.session",
     "Display": "methods", "Method": "methods", "Param": "methods", "Params": "methods",
     "best_of_n": "api", "speculative_rejection": "api", "run_one": "api",

@@ -7,12 +7,8 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
-
-if TYPE_CHECKING:
-    from .hf_forward import HFForward
 
 
 @dataclass
@@ -141,7 +137,7 @@ class HFRowCache:
       side, and the prompt + own keys/values handed to the attention).
     """
 
-    def __init__(self, forward: HFForward):
+    def __init__(self, forward):  # the hf_forward.HFForward that made it
         self.forward = forward
         self.prompt = None
         self.cache = None

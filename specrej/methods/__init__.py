@@ -4,8 +4,9 @@ declaration (`base.Method`), and runs a prompt through a `session.Session`. Buil
 random-halting control (`sr-random`), ST-BoN (`st-bon`); any method from outside the project as
 python:module:attribute. Torch-free at import (the workflow reads declarations)."""
 
+from ..records.result import Round
 from .base import Display, Method, Param, Params, canonical, file_digest, settings_digest
 from .registry import built_in, get_method, register
 
-__all__ = ["Display", "Method", "Param", "Params", "built_in", "canonical", "file_digest", "get_method", "register",
+__all__ = ["Display", "Method", "Param", "Params", "Round", "built_in", "canonical", "file_digest", "get_method", "register",
            "settings_digest"]

@@ -37,7 +37,9 @@ context is inside the window, an over-count beyond), mixtures of experts (refuse
 padding (a batched reward model also runs its pad positions; the count here is the work the
 scores need, whatever the batching).
 
-Accounting of this engine (specrej/engine/decoding.py, specrej/algorithms.py `PromptRun`):
+Accounting of this engine (specrej/engine/decoding.py, specrej/methods/session.py): the
+session counts the work as it happens (`decode_flops`, `reward_model_flops` per scoring call);
+`record_flops` computes the same from a record alone, the independent check:
   * prefill: the prompt runs once per prompt, at batch 1, and its KV is shared by every batch
     and every row (Best-of-N's k batches too). The fast path (`params.forward` "llama") makes
     no logits there: the last prompt position's hidden state is kept and each row applies the
@@ -262,7 +264,7 @@ def scoring_calls(record: Mapping) -> list[int]:
     final score of a response completed since the last round (then it was scored once, at its
     final length, which is shorter than the round's decision token). A completed response is
     scored once at its final length; a halted one never. A round that ranked no rows (`ranked`
-    0, ST-BoN's reward-free vote) scored none: the rows it halted have no entry for it. Checked against `tokens.scored`
+    0, a reward-free decision) scored none: the rows it halted have no entry for it. Checked against `tokens.scored`
     (their sum) when the record has it."""
     candidates = _field(record, "candidates", "record")
     rounds = record.get("rounds") or []
@@ -279,7 +281,7 @@ def scoring_calls(record: Mapping) -> list[int]:
         live = entries - final_entry
         if not complete:
             halted = c.get("halted_round")
-            # halted at a round that scored no row (`ranked` 0: a reward-free choice, ST-BoN's vote)
+            # halted at a round that scored no row (`ranked` 0: a reward-free decision)
             unscored = halted is not None and halted == live and halted < len(rounds) and rounds[halted].get("ranked") == 0
             if halted is None or (halted != live - 1 and not unscored):
                 raise ValueError(f"candidate {c.get('id')} is not complete, so it was halted while live; its "

@@ -1,0 +1,32 @@
+"""The package's architecture, checked: no import cycles, no module over 400 lines, the method
+declarations and the record modules importable without torch."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from import_graph import cycles, imports, modules  # noqa: E402
+
+
+def test_no_import_cycles_and_no_module_over_400_lines():
+    mods = modules(ROOT / "specrej")
+    graph = {name: imports(name, path, set(mods)) - {name.rpartition(".")[0]} for name, path in mods.items()}
+    assert cycles(graph) == []
+    sizes = {name: len(path.read_text().splitlines()) for name, path in mods.items()}
+    assert {name: size for name, size in sizes.items() if size > 400} == {}
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_declarations_and_records_import_without_torch():
+    code = ("import sys; import specrej.methods, specrej.methods.cuts, specrej.methods.adaptive_cut, "
+            "specrej.records.io, specrej.records.flops, specrej.records.result; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"
