@@ -279,3 +279,27 @@ def test_decode_n_tokens_stops_at_a_decision_token_and_when_the_capacity_is_reac
         assert all(len(f.token_ids) == 10 and not f.stopped for f in finished)
     finally:
         engine.stop_token_ids = stop_ids
+
+
+def test_top_logprobs_are_kept_only_when_asked_and_change_no_token(engine, monkeypatch):
+    """A rollout asked for top-k log-probs gives, after each step, the k largest log-probs of the
+    untempered distribution each row sampled from (checked against log_softmax of the same logits);
+    the tokens are those of a rollout that was not asked; and one not asked never computes them."""
+    prompt_ids = engine.encode_prompt("Write a poem about the sea.")
+    prompt = decoding.prefill(engine.forward, prompt_ids)
+    params = SamplingParams(max_new_tokens=6, temperature=0.7)
+
+    def rollout(k):
+        return engine.rollout(prompt, 5, 6, params, torch.Generator().manual_seed(4), top_k_logprobs=k)
+
+    asked, plain = rollout(3), rollout(0)
+    for _ in range(4):
+        hidden, ids = asked.hidden.clone(), asked.candidate_ids.clone()
+        asked.step()
+        expected = torch.log_softmax(engine.forward.logits(hidden), -1).topk(3, dim=-1).values
+        assert torch.allclose(asked.top_logprobs, expected, atol=1e-5)
+        assert torch.equal(asked.sampled_ids, ids)  # the rows as they sampled, before any left
+    monkeypatch.setattr(decoding, "top_logprobs", lambda *args: pytest.fail("computed without being asked"))
+    for _ in range(4):
+        plain.step()
+    assert plain.top_logprobs is None and live_tokens(plain) == live_tokens(asked)
