@@ -6,8 +6,8 @@ import torch
 from specrej import SamplingParams
 from specrej.engine import decoding
 from specrej.engine.cache import compaction_order
+from specrej.engine.decoding import sample_next
 from specrej.engine.engine import Engine
-from specrej.engine.sampling import sample_next
 
 ATOL = 1e-4
 

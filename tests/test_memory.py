@@ -243,7 +243,7 @@ def test_other_errors_are_not_taken_for_out_of_memory():
                                     SamplingParams(top_p=0.9), SamplingParams(temperature=0.7, top_p=0.9),
                                     SamplingParams(temperature=0.7, top_p=0.9, top_k=50)])
 def test_the_sampler_stays_within_its_copies(engine, params):
-    from specrej.engine.sampling import sampler_copies
+    from specrej.engine.decoding import sampler_copies
 
     rows = 64
     hidden = torch.randn(rows, engine.config.hidden_size)

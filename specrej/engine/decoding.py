@@ -1,5 +1,6 @@
-"""The decode loop, gpt-fast style: `prefill`, `decode_one_token`, `sample`, `decode_n_tokens` as
-free functions over explicit tensors, and `Rollout`, the per-row scheduler they drive.
+"""The decode loop, gpt-fast style: `prefill`, `decode_one_token`, `sample` (with `sample_next`, the
+draw, and the log-probs), `decode_n_tokens` as free functions over explicit tensors, and
+`Rollout`, the per-row scheduler they drive.
 
 The prompt is prefilled once and its KV shared by every row; rows decode in lock-step, and
 finished or halted rows are pruned out of the cache and all per-row state in place (no
@@ -20,7 +21,7 @@ import torch
 from ..errors import SpecrejError
 from .budget import TokenBudget
 from .cache import compaction_order, moved_rows
-from .sampling import SamplingParams, sample_next, token_logprobs, top_logprobs
+from .sampling import SamplingParams
 
 
 class PromptState(Protocol):
@@ -171,6 +172,50 @@ def sample(model: ForwardPass, hidden: torch.Tensor, params: SamplingParams, gen
         if top_k:
             tops.append(top_logprobs(logits, top_k))
     return torch.cat(tokens), torch.cat(logprobs), torch.cat(tops) if top_k else None
+
+
+def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> torch.Tensor:
+    """Draw one token per row from fp32 logits [rows, vocab] (temperature, top-k, then top-p)."""
+    if params.temperature == 0:
+        return logits.argmax(-1)
+    if params.temperature != 1:
+        logits = logits / params.temperature
+    candidates = None  # vocabulary ids of the columns of `logits`, once cut or sorted
+    if params.top_k:
+        logits, candidates = logits.topk(min(params.top_k, logits.shape[-1]), dim=-1)
+    if params.top_p < 1:
+        if candidates is None:
+            logits, candidates = logits.sort(dim=-1, descending=True)
+        probs = logits.softmax(-1)
+        # drop a token once the tokens before it already reach top_p (the first always stays)
+        logits = logits.masked_fill(probs.cumsum(-1) - probs >= params.top_p, float("-inf"))
+    # inverse-CDF sampling: one uniform per row (cheaper than one exponential per vocab entry)
+    cdf = logits.softmax(-1).cumsum(-1)
+    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]
+    choice = torch.searchsorted(cdf, u, right=True).clamp_max(cdf.shape[-1] - 1)
+    return (choice if candidates is None else candidates.gather(-1, choice)).squeeze(-1)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Log-probability of `tokens` under the model's own (untempered) distribution."""
+    return logits.gather(-1, tokens[:, None]).squeeze(-1) - logits.logsumexp(-1)
+
+
+def top_logprobs(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """The k largest log-probabilities of each row's untempered distribution, [rows, k], largest
+    first (the distribution `token_logprobs` reads)."""
+    return logits.topk(min(k, logits.shape[-1]), dim=-1).values - logits.logsumexp(-1, keepdim=True)
+
+
+def sampler_copies(params: SamplingParams) -> int:
+    """fp32 [rows, vocab] tensors alive at once while `decoding.sample` draws one chunk, at most.
+
+    Top-p: the logits, the tempered copy, the sorted values and their int64 indices (2), the
+    softmax, its cumsum, the masked copy, the final softmax and cumsum, of which at most about
+    7.5 at once (7 measured with budget.StorageTracker). Otherwise the logits, the tempered copy,
+    the softmax and its cumsum: 4. Half a copy more for the lm_head output of a 16-bit model.
+    """
+    return 8 if params.top_p < 1 else 5
 
 
 @dataclass

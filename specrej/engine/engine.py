@@ -2,7 +2,7 @@
 
 Where things are (gpt-fast's layout): the forward pass in `llama.py` (Llama, Mistral, Qwen2, Qwen3) and `gemma3.py` (Gemma 3); any
 other causal LM goes through its own forward and cache, `hf_forward.py`), the static KV cache in
-`cache.py`, sampling in `sampling.py`, and `prefill` / `decode_one_token` / `sample` /
+`cache.py`, the sampling settings in `sampling.py`, and `prefill` / `decode_one_token` / `sample` /
 `decode_n_tokens` with the per-row scheduler `Rollout` in `decoding.py` (which knows nothing of the
 engine). `Engine` ties one model to them: it encodes prompts and detokenizes responses, knows the
 stop tokens, decides how many rows go through the model at once, which bounds the memory a run
@@ -18,11 +18,11 @@ import torch
 
 from ..errors import SpecrejError
 from . import gemma3, llama
-from .decoding import ForwardPass, PrefilledPrompt, Rollout
+from .decoding import ForwardPass, PrefilledPrompt, Rollout, sampler_copies
 from .gemma3 import Gemma3Forward
 from .hf_forward import HFForward
 from .llama import LlamaForward
-from .sampling import SamplingParams, sampler_copies
+from .sampling import SamplingParams
 
 logger = logging.getLogger("specrej")
 

@@ -1,15 +1,11 @@
-"""Sampling: the settings, one token per row from fp32 logits, and its log-probability.
-
-Model-free: `decoding.sample` feeds it the logits of a chunk of rows at a time.
-"""
+"""The sampling settings (`SamplingParams`) and the checks of integer options; torch-free. The
+sampler itself is `decoding.sample`."""
 
 from __future__ import annotations
 
 import math
 import numbers
 from dataclasses import dataclass
-
-import torch
 
 from ..errors import SpecrejError, shown
 
@@ -54,47 +50,3 @@ class SamplingParams:
         object.__setattr__(self, "top_p", float(self.top_p))
         object.__setattr__(self, "top_k", check_int(self.top_k, "--top-k", 0))
         object.__setattr__(self, "max_new_tokens", check_int(self.max_new_tokens, "--max-new-tokens", 1))
-
-
-def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> torch.Tensor:
-    """Draw one token per row from fp32 logits [rows, vocab] (temperature, top-k, then top-p)."""
-    if params.temperature == 0:
-        return logits.argmax(-1)
-    if params.temperature != 1:
-        logits = logits / params.temperature
-    candidates = None  # vocabulary ids of the columns of `logits`, once cut or sorted
-    if params.top_k:
-        logits, candidates = logits.topk(min(params.top_k, logits.shape[-1]), dim=-1)
-    if params.top_p < 1:
-        if candidates is None:
-            logits, candidates = logits.sort(dim=-1, descending=True)
-        probs = logits.softmax(-1)
-        # drop a token once the tokens before it already reach top_p (the first always stays)
-        logits = logits.masked_fill(probs.cumsum(-1) - probs >= params.top_p, float("-inf"))
-    # inverse-CDF sampling: one uniform per row (cheaper than one exponential per vocab entry)
-    cdf = logits.softmax(-1).cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]
-    choice = torch.searchsorted(cdf, u, right=True).clamp_max(cdf.shape[-1] - 1)
-    return (choice if candidates is None else candidates.gather(-1, choice)).squeeze(-1)
-
-
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Log-probability of `tokens` under the model's own (untempered) distribution."""
-    return logits.gather(-1, tokens[:, None]).squeeze(-1) - logits.logsumexp(-1)
-
-
-def top_logprobs(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """The k largest log-probabilities of each row's untempered distribution, [rows, k], largest
-    first (the distribution `token_logprobs` reads)."""
-    return logits.topk(min(k, logits.shape[-1]), dim=-1).values - logits.logsumexp(-1, keepdim=True)
-
-
-def sampler_copies(params: SamplingParams) -> int:
-    """fp32 [rows, vocab] tensors alive at once while `decoding.sample` draws one chunk, at most.
-
-    Top-p: the logits, the tempered copy, the sorted values and their int64 indices (2), the
-    softmax, its cumsum, the masked copy, the final softmax and cumsum, of which at most about
-    7.5 at once (7 measured with budget.StorageTracker). Otherwise the logits, the tempered copy,
-    the softmax and its cumsum: 4. Half a copy more for the lm_head output of a 16-bit model.
-    """
-    return 8 if params.top_p < 1 else 5
