@@ -421,7 +421,7 @@ def generate_args(config: dict, pair: dict, method: str, *, n=None, alpha=None, 
     """`specrej generate` options for one job of `pair` (everything but --prompts/--out), quoted
     into one string (a job's `params.args`: a changed string reruns the job); `delta` (and the
     prefix table `fit`, if any) makes an SR job use the adaptive rule."""
-    args = common_args(config, pair, method, seed_offset)
+    args = common_args(config, pair, "sr-adaptive" if delta is not None else method, seed_offset)
     block = config["bon"] if method == "bon" else config["sr"]
     if method == "bon":
         args += ["--n", n]
@@ -430,7 +430,7 @@ def generate_args(config: dict, pair: dict, method: str, *, n=None, alpha=None, 
         if decision_tokens:
             args += ["--decision-tokens", ",".join(map(str, decision_tokens))]
         if delta is not None:
-            args += ["--rejection", "adaptive", "--delta", delta] + (["--fit", fit] if fit else [])
+            args += ["--delta", delta] + (["--fit", fit] if fit else [])
     if block["batch_size"]:
         args += ["--batch-size", min(block["batch_size"], n) if method == "bon" else block["batch_size"]]
     if block["memory_budget"] or config["memory_budget"]:

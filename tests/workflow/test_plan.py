@@ -231,9 +231,9 @@ def test_generate_args_adaptive_sr(config):
     config["memory_budget"] = "27MiB"
     assert plan.generate_args(config, config["pairs"][1], "sr", alpha=0.5, decision_tokens=[8, 16], delta=0.2,
                               fit="results/adaptive/g--logprob/calibration_prefixes.parquet") == (
-        "--model gen-model --reward logprob --method sr --max-new-tokens 256 --temperature 1.0 --top-p 1.0 "
+        "--model gen-model --reward logprob --method sr-adaptive --max-new-tokens 256 --temperature 1.0 --top-p 1.0 "
         "--top-k 0 --seed 0 --device auto --dtype auto --reward-batch-size 16 --no-progress --exit-zero "
-        "--alpha 0.5 --min-tokens 8 --max-init-batch 1000 --decision-tokens 8,16 --rejection adaptive --delta 0.2 "
+        "--alpha 0.5 --min-tokens 8 --max-init-batch 1000 --decision-tokens 8,16 --delta 0.2 "
         "--fit results/adaptive/g--logprob/calibration_prefixes.parquet --batch-size 64 --memory-budget 27MiB")
 
 

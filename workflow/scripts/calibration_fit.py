@@ -1,5 +1,5 @@
 """results/adaptive/<pair>/calibration_prefixes.parquet: the held-out prompts' prefix tables
-pooled (what `specrej generate --rejection adaptive --fit` reads); fits.csv: the fit it makes per
+pooled (what `specrej generate --method sr-adaptive --fit` reads); fits.csv: the fit it makes per
 decision token (specrej.methods.adaptive_cut.fit_from_prefix_table, analysis.adaptive_study.fits_table)."""
 
 import sys
