@@ -82,11 +82,11 @@ def study_overview(config: dict, plan: Plan, study: list[tuple[str, dict]], left
               f"{_count(len(pairs), 'pair')} ({shown}), {prompts} prompts{held_out}, up to "
               f"{config['sampling']['max_new_tokens']} new tokens per response"),
              f"specrej:   {'; '.join(_method_summaries(config, plan))}",
-             (f"specrej:   about {_duration(jobs_seconds(config, plan, study))} from an empty "
+             (f"specrej:   {_duration(jobs_seconds(config, plan, study))} from an empty "
               f"{config['results_dir']}/ on a 2-core CPU (SmolLM2-135M's per-job times, measured 2026-12-01"
               f"{'; larger models take longer' if larger else ''}); a GPU is faster")]
     if len(left) < len(study):
-        lines.append(f"specrej:   this run has {len(left)} of them left, about "
+        lines.append(f"specrej:   this run has {len(left)} of them left, "
                      f"{_duration(jobs_seconds(config, plan, left))} (finished jobs are kept)")
     return "\n".join(lines)
 
@@ -118,13 +118,14 @@ def _count(number: int, noun: str) -> str:
 
 
 def _duration(seconds: float) -> str:
+    """'under a minute', 'about 24 min', 'about 3.5 h' or 'about 4 days'."""
     minutes = seconds / 60
     if minutes < 1:
         return "under a minute"
     if minutes < 90:
-        return f"{minutes:.0f} min"
+        return f"about {minutes:.0f} min"
     hours = minutes / 60
-    return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.0f} days"
+    return f"about {hours:.1f} h" if hours < 48 else f"about {hours / 24:.0f} days"
 
 
 # --------------------------------------------------------------------------------------

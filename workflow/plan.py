@@ -46,13 +46,13 @@ def validate_config(config: dict, schema_path, basedir=".") -> None:
     try:
         validate(config, str(Path(schema_path).resolve()), set_default=True)
     except WorkflowError as error:
-        cause = next((arg for arg in error.args if isinstance(arg, jsonschema.ValidationError)), None)
-        if cause is None:
+        cause = error.__context__  # validate raises its WorkflowError while handling jsonschema's error
+        if not isinstance(cause, jsonschema.ValidationError):
             raise
         where = key_path(cause.absolute_path) or "(top level)"
         raise ConfigError(f"invalid config: {where}: {schema_message(cause)}") from None
     config["results_dir"] = os.path.normpath(config["results_dir"])  # "results/grid/" names the same folder
-    problems = [*cross_check(config, basedir), *check_paths(config, basedir), *check_methods(config, basedir)]
+    problems = [*cross_check(config, basedir), *check_paths(config, basedir), *check_methods(config)]
     if problems:
         raise ConfigError("invalid config: " + "; ".join(problems))
 
@@ -130,7 +130,8 @@ def check_paths(config: dict, basedir="."):
     results = Path(config["results_dir"])
     blocking = next((p for p in [results, *results.parents] if p.exists() and not p.is_dir()), None)
     if blocking is not None:
-        yield f"results_dir: {config['results_dir']}: {blocking} is a file, not a folder"
+        under = f" (results_dir {results} lies under it)" if blocking != results else ""
+        yield f"results_dir: {blocking} is a file, not a folder{under}"
     source = config["prompts"]["source"]
     local = local_source(source, basedir)
     if local is None:
@@ -280,9 +281,9 @@ def method_settings(config: dict) -> dict[tuple[str, str], dict]:
     return runs
 
 
-def check_methods(config: dict, basedir="."):
+def check_methods(config: dict):
     """Yield one message per `methods:` problem: an unknown method, a parameter it does not
-    take, a value out of its declared range, a path parameter naming no file (each naming the
+    take, a value out of its declared range or a file parameter naming no file (each naming the
     entry and the key)."""
     from specrej.errors import SpecrejError
     from specrej.methods import get_method
@@ -300,22 +301,12 @@ def check_methods(config: dict, basedir="."):
         for key, values in entry.get("grid", {}).items():
             for value in values:
                 try:
-                    param = method.param(key)
-                    param.check(value, method.description)
+                    method.param(key).check(value, method.description)  # a "path" parameter: its file exists
                 except SpecrejError as error:
                     yield f"methods[{i}].grid.{key}: {error}"
-                    continue
-                if param.type == "path" and value is not None and not _path_in(value, basedir).is_file():
-                    yield f"methods[{i}].grid.{key}: file not found: {value}"
         if method.name in seen:
             yield f"methods[{i}].name: {method.name} is listed twice (methods[{seen[method.name]}]); merge the grids"
         seen[method.name] = i
-
-
-def _path_in(value, basedir) -> Path:
-    """A relative path from the working directory, else from `basedir` (the workflow's folder)."""
-    path = Path(value)
-    return path if path.exists() or path.is_absolute() else Path(basedir) / path
 
 
 def merged_runs(config: dict, results: str, pairs) -> list[str]:

@@ -18,6 +18,8 @@ rule calibration_fit:
         f"{RESULTS}/benchmarks/calibration_fit/{{pair}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/calibration_fit.py"
 
@@ -41,5 +43,7 @@ rule adaptive_survival:
         f"{RESULTS}/benchmarks/adaptive_survival/{{pair}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/adaptive_survival.py"

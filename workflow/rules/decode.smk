@@ -21,6 +21,8 @@ rule bon_shard:
     threads: config["resources"]["generate"]["threads"]
     resources:
         **step_resources("generate"),
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/generate.py"
 
@@ -41,6 +43,8 @@ rule bon_direct:
     threads: config["resources"]["generate"]["threads"]
     resources:
         **step_resources("generate"),
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/generate.py"
 
@@ -59,6 +63,8 @@ rule merge_bon:
         f"{RESULTS}/benchmarks/merge_bon/{{pair}}/n{{n}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/merge_runs.py"
 
@@ -88,6 +94,8 @@ rule method_run:
     threads: config["resources"]["generate"]["threads"]
     resources:
         **step_resources("generate"),
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/generate.py"
 
@@ -111,5 +119,7 @@ rule merge_method:
         f"{RESULTS}/benchmarks/merge_method/{{pair}}/{{method}}/{{setting}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/merge_runs.py"
