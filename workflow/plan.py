@@ -99,8 +99,10 @@ def cross_check(config: dict, basedir="."):
         if n > shard and n % shard:
             yield (f"correlation.n: {n} must be a multiple of bon.shard_size={shard} (the study reads "
                    "Best-of-N's first n / shard_size shards)")
-    for key in ("correlation.pairs", "figures.figure2.pair", "figures.figure4.pair"):
-        value = _get(config, key)
+    figures = config["figures"]
+    for key, value in (("correlation.pairs", config["correlation"]["pairs"]),
+                       ("figures.figure2.pair", figures["figure2"]["pair"]),
+                       ("figures.figure4.pair", figures["figure4"]["pair"])):
         for name in value if isinstance(value, list) else [value]:
             if name is not None and name not in names:
                 yield f"{key}: {name!r} is not a pair (pairs: {', '.join(names)})"
@@ -142,12 +144,6 @@ def check_paths(config: dict, basedir="."):
         yield f"prompts.source: {source} is a folder, not a .json, .jsonl or .txt file"
     elif not Path(local).is_file():
         yield f"prompts.source: file not found: {source}"
-
-
-def _get(config: dict, dotted: str):
-    for key in dotted.split("."):
-        config = config[key]
-    return config
 
 
 def local_source(source: str, basedir=".") -> str | None:
@@ -288,7 +284,8 @@ def check_methods(config: dict):
     from specrej.errors import SpecrejError
     from specrej.methods import get_method
 
-    seen, own_blocks = {}, {method: block for block, method in BLOCK_METHODS.items()}
+    seen = {}
+    own_blocks = {BLOCK_METHODS[block]: block for block in ("bon", "sr.adaptive")}  # SR takes more settings here
     for i, entry in enumerate(config.get("methods", [])):
         try:
             method = get_method(entry["name"])

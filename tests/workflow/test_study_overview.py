@@ -15,8 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 sys.path.insert(0, str(ROOT / "workflow"))
-import messages  # noqa: E402
-import plan  # noqa: E402
+import messages
+import plan
 
 pytest.importorskip("jsonschema")
 update_config = pytest.importorskip("snakemake.utils").update_config
@@ -97,11 +97,11 @@ def test_the_default_studys_overview(default_dag, declared_rates):
     # runs_table, method_summary, decisions, win_rates, tables 1-2, figures 2-4, correlation_summary,
     # headline): 14 + 10 + 4 + 13 = 41
     assert lines.splitlines() == [
-        "specrej: the study: 41 jobs (14 of them generating), 1 pair (SmolLM2-135M / logprob), 24 prompts, up to "
-        "64 new tokens per response",
+        ("specrej: the study: 41 jobs (14 of them generating), 1 pair (SmolLM2-135M / logprob), 24 prompts, up to "
+         "64 new tokens per response"),
         "specrej:   Best-of-N 16, 32, 64, 128 (shards of 16); SR α=0.5, 0.7, 0.9; Random SR α=0.5, 0.9; ST-BoN N=32",
-        "specrej:   about 24 min from an empty results/ on a 2-core CPU (SmolLM2-135M's per-job times, measured "
-        "2026-12-01); a GPU is faster"]
+        ("specrej:   about 24 min from an empty results/ on a 2-core CPU (SmolLM2-135M's per-job times, measured "
+         "2026-12-01); a GPU is faster")]
 
 
 def test_the_estimate_is_the_measured_default_study(default_dag, declared_rates):
