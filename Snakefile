@@ -3,9 +3,8 @@
 #   snakemake --configfile config/paper.yaml --profile profiles/slurm   # the paper's setting
 #   snakemake --report results/report.html                # every figure and table, with captions
 # The rules only wire files together: the engine is `specrej`, the analysis is `analysis/`, the
-# plan's plain Python (config checks, prompt chunks, engine options) is workflow/plan.py.
+# plan's plain Python is workflow/plan.py, job_options.py and messages.py.
 
-import sys
 from pathlib import Path
 
 from snakemake.utils import min_version
@@ -62,8 +61,7 @@ rule all:
 onstart:
     # what the study runs and about how long it takes, before its first job; Snakemake calls it
     # once, in the main process, and not for a dry run, a report or a run with nothing to do
-    print(plan.study_overview(config, plan.Plan(config, workflow.basedir), jobs_left=len(workflow.dag)),
-          file=sys.stderr)
+    report_start()
 
 
 onsuccess:
@@ -71,4 +69,4 @@ onsuccess:
 
 
 onerror:
-    report_failure(log)
+    report_failure()

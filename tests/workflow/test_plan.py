@@ -1,6 +1,7 @@
-"""workflow/plan.py without Snakemake: config checks, prompt chunks, the engine's options per job,
-resources and the messages after a run, on a small hand-written config (expected values worked
-out by hand from config/README.md and the rules, not recomputed with the code under test)."""
+"""workflow/plan.py, job_options.py and messages.py without a workflow run: config checks, prompt
+chunks, method settings, the engine's options per job, resources and the messages after a run,
+on a small hand-written config (expected values worked out by hand from config/README.md and the
+rules, not recomputed with the code under test)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 sys.path.insert(0, str(ROOT / "workflow"))
+import job_options  # noqa: E402
+import messages  # noqa: E402
 import plan  # noqa: E402
 
 pytest.importorskip("jsonschema")
@@ -68,7 +71,7 @@ def test_results_dir_is_named_once_whatever_its_spelling(raw_config):
     raw_config["results_dir"] = "./results/grid/"
     plan.validate_config(raw_config, SCHEMA)
     assert raw_config["results_dir"] == "results/grid"
-    assert plan.merged_runs(raw_config, raw_config["results_dir"], ["g--rm"], [])[0] == \
+    assert plan.merged_runs(raw_config, raw_config["results_dir"], ["g--rm"])[0] == \
         "results/grid/runs/g--rm/bon/n2.jsonl"
 
 
@@ -115,6 +118,47 @@ def test_cross_checks_name_the_key(raw_config, tmp_path, change, message):
     with pytest.raises(plan.ConfigError) as error:
         plan.validate_config(raw_config, SCHEMA, basedir=tmp_path)
     assert str(error.value).startswith("invalid config: ") and message in str(error.value), str(error.value)
+
+
+OUTSIDE_METHOD = """
+from specrej.methods import Method, Param
+
+TABLE = Method(name="table-method", description="a method that reads a table", run=None, label=lambda p: "T",
+               params=(Param("table", "path", help="a table of scores"),))
+"""
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c, tmp: c.update(results_dir="notes.md"), "results_dir: notes.md is a file, not a folder"),
+    (lambda c, tmp: c.update(results_dir="notes.md/grid"),
+     "results_dir: notes.md is a file, not a folder (results_dir notes.md/grid lies under it)"),
+    (lambda c, tmp: c["prompts"].update(source="prompt_folder"),
+     "prompts.source: prompt_folder is a folder, not a .json, .jsonl or .txt file"),
+    (lambda c, tmp: c["prompts"].update(source="prompt_folder/missing.jsonl"),
+     "prompts.source: file not found: prompt_folder/missing.jsonl"),
+    (lambda c, tmp: c.update(methods=[{"name": "python:outside_method:TABLE", "grid": {"table": ["no/table.csv"]}}]),
+     "methods[0].grid.table: --param table: file not found: no/table.csv"),
+])
+def test_paths_are_checked_at_planning_one_line_naming_the_key(raw_config, tmp_path, monkeypatch, change, message):
+    (tmp_path / "notes.md").write_text("a file\n")
+    (tmp_path / "prompt_folder").mkdir()
+    (tmp_path / "outside_method.py").write_text(OUTSIDE_METHOD)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    change(raw_config, tmp_path)
+    with pytest.raises(plan.ConfigError) as error:
+        plan.validate_config(raw_config, SCHEMA, basedir=tmp_path)
+    assert str(error.value) == f"invalid config: {message}"
+
+
+def test_a_file_parameter_that_exists_passes(raw_config, tmp_path, monkeypatch):
+    (tmp_path / "outside_method.py").write_text(OUTSIDE_METHOD)
+    (tmp_path / "table.csv").write_text("score\n1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    raw_config.update(methods=[{"name": "python:outside_method:TABLE", "grid": {"table": ["table.csv"]}}],
+                      results_dir="fresh/results")  # a folder not made yet is fine
+    plan.validate_config(raw_config, SCHEMA, basedir=tmp_path)
 
 
 def test_key_path():
@@ -201,16 +245,20 @@ def test_bon_sources(config):
 
 
 def test_merged_runs_in_order(config):
-    assert plan.merged_runs(config, "results", ["g--rm"], [0.2]) == [
+    assert plan.merged_runs(config, "results", ["g--rm"]) == [
         "results/runs/g--rm/bon/n2.jsonl", "results/runs/g--rm/bon/n4.jsonl", "results/runs/g--rm/bon/n8.jsonl",
         "results/runs/g--rm/sr/alpha0.25.jsonl", "results/runs/g--rm/sr/alpha0.5.jsonl",
         "results/runs/g--rm/sr/delta0.2.jsonl"]
+    # every pair's SR and `methods:` runs, then every pair's adaptive SR runs
+    assert plan.merged_runs(config, "results", ["g--rm", "g--logprob"])[6:] == [
+        "results/runs/g--rm/sr/alpha0.25.jsonl", "results/runs/g--rm/sr/alpha0.5.jsonl",
+        "results/runs/g--logprob/sr/alpha0.25.jsonl", "results/runs/g--logprob/sr/alpha0.5.jsonl",
+        "results/runs/g--rm/sr/delta0.2.jsonl", "results/runs/g--logprob/sr/delta0.2.jsonl"]
 
 
 def test_labels(config):
     assert plan.pair_labels(config, config["pairs"][0]) == {"generator": "G", "reward": "RM", "pair": "G / RM"}
     assert plan.pair_labels(config, config["pairs"][1])["pair"] == "G / logprob"  # no label: the key
-    assert [plan.fmt_alpha(a) for a in (0.5, 0.25, 1e-05, 0.10)] == ["0.5", "0.25", "1e-05", "0.1"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -218,53 +266,60 @@ def test_labels(config):
 # ------------------------------------------------------------------------------------------
 
 
-def test_generate_args_bon_shard(config):
+def test_bon_args_shard(config):
     # shard 1: seed 0 + 1; no batch size or budget configured; the reward model needs remote code
-    assert plan.generate_args(config, config["pairs"][0], "bon", n=4, seed_offset=1) == (
+    assert job_options.bon_args(config, config["pairs"][0], n=4, seed_offset=1) == (
         "--model gen-model --reward rm-model --method bon --max-new-tokens 256 --temperature 1.0 --top-p 1.0 "
         "--top-k 0 --seed 1 --device auto --dtype auto --reward-batch-size 16 --no-progress --exit-zero --n 4 "
         "--trust-remote-code")
 
 
-def test_generate_args_adaptive_sr(config):
-    config["sr"].update(batch_size=64)
+def test_method_args_adaptive_sr(config):
+    """Adaptive SR is a method_run setting: the sr block's schedule, its delta and fallback alpha,
+    and the pair's held-out fit (added per pair by common.smk's method_run_args)."""
+    config["sr"].update(batch_size=64, decision_tokens=[8, 16])
     config["memory_budget"] = "27MiB"
-    assert plan.generate_args(config, config["pairs"][1], "sr", alpha=0.5, decision_tokens=[8, 16], delta=0.2,
-                              fit="results/adaptive/g--logprob/calibration_prefixes.parquet") == (
+    run = plan.method_settings(config)[("sr", "delta0.2")]
+    assert run == {"spec": "sr-adaptive", "params": {"delta": 0.2, "alpha": 0.5}, "fit_param": "fit"}
+    fit = plan.calibration_fit_file("results", "g--logprob")
+    assert job_options.method_args(config, config["pairs"][1], run["spec"], {**run["params"], "fit": fit}) == (
         "--model gen-model --reward logprob --method sr-adaptive --max-new-tokens 256 --temperature 1.0 --top-p 1.0 "
         "--top-k 0 --seed 0 --device auto --dtype auto --reward-batch-size 16 --no-progress --exit-zero "
-        "--alpha 0.5 --min-tokens 8 --max-init-batch 1000 --decision-tokens 8,16 --delta 0.2 "
-        "--fit results/adaptive/g--logprob/calibration_prefixes.parquet --batch-size 64 --memory-budget 27MiB")
+        "--param batch_size=64 --param min_tokens=8 --param max_init_batch=1000 --param decision_tokens=8,16 "
+        "--param delta=0.2 --param alpha=0.5 --param fit=results/adaptive/g--logprob/calibration_prefixes.parquet "
+        "--memory-budget 27MiB")
+    config["sr"]["adaptive"]["calibration_prompts"] = None  # the online fit: no fit file
+    assert plan.method_settings(config)[("sr", "delta0.2")]["fit_param"] is None
 
 
-def test_generate_args_bon_batch_is_capped_at_n_and_budgets_override(config):
+def test_bon_args_batch_is_capped_at_n_and_budgets_override(config):
     config["bon"].update(batch_size=16, memory_budget="1GiB")
     config["memory_budget"] = "27MiB"
     config["generators"]["g"]["dtype"] = "bfloat16"
     config["sampling"]["temperature"] = 0.7
-    args = plan.generate_args(config, config["pairs"][1], "bon", n=4)
+    args = job_options.bon_args(config, config["pairs"][1], n=4)
     assert args.endswith("--n 4 --batch-size 4 --memory-budget 1GiB")
     assert "--temperature 0.7 " in args and "--dtype bfloat16 " in args
 
 
-def test_generate_args_pass_a_prompt_format_other_than_auto(config):
-    auto = plan.generate_args(config, config["pairs"][1], "bon", n=2)
+def test_engine_args_pass_a_prompt_format_other_than_auto(config):
+    auto = job_options.bon_args(config, config["pairs"][1], n=2)
     assert "--prompt-format" not in auto  # the CLI's default: the jobs' options are as before the key existed
     config["generators"]["g"]["prompt_format"] = "plain"
-    assert plan.generate_args(config, config["pairs"][1], "bon", n=2) == (
+    assert job_options.bon_args(config, config["pairs"][1], n=2) == (
         "--model gen-model --reward logprob --method bon --prompt-format plain --max-new-tokens 256 "
         "--temperature 1.0 --top-p 1.0 --top-k 0 --seed 0 --device auto --dtype auto --reward-batch-size 16 "
         "--no-progress --exit-zero --n 2")
-    assert plan.method_args(config, config["pairs"][1], "sr-random", {"alpha": 0.5}).startswith(
+    assert job_options.method_args(config, config["pairs"][1], "sr-random", {"alpha": 0.5}).startswith(
         "--model gen-model --reward logprob --method sr-random --prompt-format plain --max-new-tokens 256 ")
     # score-prefixes reads the recorded tokens and log-probs, and a reward model renders the prompt
     # with its own template: the generator's prompt format plays no part there
-    assert "--prompt-format" not in plan.prefix_args(config, config["pairs"][0])
+    assert "--prompt-format" not in job_options.prefix_args(config, config["pairs"][0])
 
 
-def test_generate_args_are_quoted_for_the_shell(config):
+def test_engine_args_are_quoted_for_the_shell(config):
     config["generators"]["g"]["model"] = "/models/my model"
-    args = plan.generate_args(config, config["pairs"][1], "bon", n=2)
+    args = job_options.bon_args(config, config["pairs"][1], n=2)
     assert args.startswith("--model '/models/my model' --reward logprob ")
     assert shlex.split(args)[1] == "/models/my model"
 
@@ -277,26 +332,26 @@ def test_engine_options_parse_with_the_engines_own_parser(config):
     config["bon"].update(batch_size=16)
     config["sr"].update(decision_tokens=[8], memory_budget="64MiB")
     config["generators"]["g"]["prompt_format"] = "chat"
-    jobs = [plan.generate_args(config, pair, "bon", n=8, seed_offset=2) for pair in config["pairs"]] + [
-        plan.generate_args(config, pair, "sr", alpha=0.25, decision_tokens=[8], delta=delta, fit=fit)
-        for pair in config["pairs"] for delta, fit in ((None, None), (0.2, None), (0.2, "fit.parquet"))]
+    jobs = [job_options.bon_args(config, pair, n=8, seed_offset=2) for pair in config["pairs"]] + [
+        job_options.method_args(config, pair, run["spec"], run["params"])
+        for pair in config["pairs"] for run in plan.method_settings(config).values()]
     for args in jobs:
         parsed = parser.parse_args(["generate", *shlex.split(args), "--prompts", "p.jsonl", "--out", "o.jsonl"])
         assert parsed.model == "gen-model" and parsed.exit_zero and parsed.no_progress
         assert parsed.prompt_format == "chat"
     for pair in config["pairs"]:
         parsed = parser.parse_args(["score-prefixes", "--trajectories", "t.jsonl", "--out", "o.parquet",
-                                    *plan.prefix_args(config, pair)])
+                                    *job_options.prefix_args(config, pair)])
         assert parsed.decision_tokens == [16, 32, 64, 128]
 
 
 def test_prefix_args(config):
-    assert plan.prefix_args(config, config["pairs"][1]) == [  # logprob: the generator scores itself
+    assert job_options.prefix_args(config, config["pairs"][1]) == [  # logprob: the generator scores itself
         "--reward", "logprob", "--decision-tokens", "16,32,64,128", "--device", "auto", "--dtype", "auto",
         "--reward-batch-size", "16", "--no-progress"]
     config["correlation"]["decision_tokens"] = [32, 8]
     config["rewards"]["rm"]["dtype"] = "float32"
-    assert plan.prefix_args(config, config["pairs"][0]) == [
+    assert job_options.prefix_args(config, config["pairs"][0]) == [
         "--reward", "rm-model", "--decision-tokens", "8,32", "--device", "auto", "--dtype", "float32",
         "--reward-batch-size", "16", "--no-progress", "--model", "gen-model", "--trust-remote-code"]
 
@@ -305,7 +360,7 @@ def test_partial_path_is_named_by_the_options():
     args = "--n 4"
     digest = hashlib.sha256(args.encode()).hexdigest()[:12]
     assert digest == "1ad8f1c2af81"
-    assert plan.partial_path("results", "results/runs/p/bon/shard0/c.jsonl", args) == \
+    assert job_options.partial_path("results", "results/runs/p/bon/shard0/c.jsonl", args) == \
         "results/.partial/runs/p/bon/shard0/c.jsonl.1ad8f1c2af81.jsonl"
 
 
@@ -317,9 +372,9 @@ def test_partial_path_is_named_by_the_options():
 def test_needs_gpu(config):
     config["resources"]["generate"]["gpu"] = 1
     config["resources"]["score_prefixes"]["gpu"] = 1
-    assert plan.needs_gpu(config, config["pairs"][1], "generate") == 1
-    assert plan.needs_gpu(config, config["pairs"][0], "score_prefixes") == 1
-    assert plan.needs_gpu(config, config["pairs"][1], "score_prefixes") == 0  # logprob prefix scores are free
+    assert job_options.needs_gpu(config, config["pairs"][1], "generate") == 1
+    assert job_options.needs_gpu(config, config["pairs"][0], "score_prefixes") == 1
+    assert job_options.needs_gpu(config, config["pairs"][1], "score_prefixes") == 0  # logprob prefix scores are free
 
 
 @pytest.mark.parametrize("judge, key, local", [
@@ -337,7 +392,7 @@ def test_judge_resources(config, monkeypatch, judge, key, local):
     assert plan.local_judge(config) is local
     expected = ({"gpu": 1, "threads": 8, "mem_mb": 64000, "runtime": 240} if local
                 else {"gpu": 0, "threads": 2, "mem_mb": 2000, "runtime": 10})  # an analysis job never has a GPU
-    assert plan.judge_resources(config) == expected
+    assert job_options.judge_resources(config) == expected
 
 
 # ------------------------------------------------------------------------------------------
@@ -346,9 +401,9 @@ def test_judge_resources(config, monkeypatch, judge, key, local):
 
 
 def test_messages_after_a_run(tmp_path):
-    assert plan.failed_prompts_message(str(tmp_path)) is None and plan.out_of_range_messages(str(tmp_path)) == []
+    assert messages.failed_prompts_message(str(tmp_path)) is None and messages.out_of_range_messages(str(tmp_path)) == []
     (tmp_path / "failed_prompts.csv").write_text("run,prompt_id,error\nr1,empty,e\nr2,empty,e\nr2,zz,e\n")
-    assert plan.failed_prompts_message(str(tmp_path)) == (
+    assert messages.failed_prompts_message(str(tmp_path)) == (
         f"specrej: 2 prompt(s) failed in 3 run(s) and are left out of the tables: empty, zz "
         f"(see {tmp_path / 'failed_prompts.csv'})")
     (tmp_path / "metrics").mkdir()
@@ -356,7 +411,7 @@ def test_messages_after_a_run(tmp_path):
         "pair,method_label,improvement,bon_equivalent_status\n"
         "G / RM,SR α=0.5,97.25,interpolated\nG / RM,SR α=0.9,12.04,below_range\nG / RM,SR δ=0.2,101,above_range\n")
     where = tmp_path / "metrics" / "bon_equivalent.csv"
-    assert plan.out_of_range_messages(str(tmp_path)) == [
+    assert messages.out_of_range_messages(str(tmp_path)) == [
         f"specrej: G / RM SR α=0.9 scores 12.0, below Bo-N_min: its BoN-equivalent compute is not interpolated "
         f"(see {where})",
         f"specrej: G / RM SR δ=0.2 scores 101.0, above the largest Best-of-N: its BoN-equivalent compute is not "
@@ -385,45 +440,17 @@ def test_study_models_one_fetch_job_per_distinct_model(config):
     assert "default" not in plan.study_models(config).values()
 
 
-SNAKEMAKE_LOG = """\
-[Tue Dec  1 19:18:20 2026]
-rule sr:
-    input: results/prompts/chunks/chunk0000.jsonl
-    output: results/runs/g--rm/sr/alpha0.5/chunk0000.jsonl
-    jobid: 12
-    wildcards: pair=g--rm, alpha=0.5, chunk=chunk0000
-    resources: tmpdir=/tmp
-[Tue Dec  1 19:18:21 2026]
-localrule merge_bon:
-    jobid: 3
-Shell command: None
-[Tue Dec  1 19:18:27 2026]
-Error in rule sr:
-    message: None
-    jobid: 12
-    input: results/prompts/chunks/chunk0000.jsonl
-    output: results/runs/g--rm/sr/alpha0.5/chunk0000.jsonl
-    log: results/logs/sr/g--rm/alpha0.5/chunk0000.log (check log file(s) for error details)
-Finished jobid: 2 (Rule: prompt_chunk)
-Error in rule merge_bon:
-    jobid: 3
-    log: a.log, b.log (check log file(s) for error details)
-Shutting down, this might take some time.
-"""
-
-
-def test_failed_jobs_and_the_message_that_says_how_to_resume(tmp_path, monkeypatch):
+def test_the_message_of_failed_jobs_says_how_to_resume(tmp_path, monkeypatch):
+    """Jobs as report_failure (common.smk) reads them off Snakemake's scheduler: a job with
+    wildcards and a log that ends in the engine's one-line error, one with two logs and none."""
     monkeypatch.chdir(tmp_path)
-    jobs = plan.failed_jobs(SNAKEMAKE_LOG)
-    assert jobs == [
-        {"rule": "sr", "wildcards": "pair=g--rm, alpha=0.5, chunk=chunk0000",
-         "logs": ["results/logs/sr/g--rm/alpha0.5/chunk0000.log"]},
-        {"rule": "merge_bon", "wildcards": "", "logs": ["a.log", "b.log"]},
-    ]
+    jobs = [{"rule": "sr", "wildcards": "pair=g--rm, alpha=0.5, chunk=chunk0000",
+             "logs": ["results/logs/sr/g--rm/alpha0.5/chunk0000.log"]},
+            {"rule": "merge_bon", "wildcards": "", "logs": ["a.log", "b.log"]}]
     log = tmp_path / "results/logs/sr/g--rm/alpha0.5/chunk0000.log"
     log.parent.mkdir(parents=True)
     log.write_text("specrej generate ...\nspecrej: error: model path not found: /x\n\n")
-    message = plan.failure_message(jobs, "make study").splitlines()
+    message = messages.failure_message(jobs, "make study").splitlines()
     assert message == [
         "specrej: 2 job(s) failed; finished jobs are kept:",
         "  sr (pair=g--rm, alpha=0.5, chunk=chunk0000): log results/logs/sr/g--rm/alpha0.5/chunk0000.log",
@@ -431,18 +458,21 @@ def test_failed_jobs_and_the_message_that_says_how_to_resume(tmp_path, monkeypat
         "  merge_bon: log a.log, b.log",
         "Fix the cause, then resume with the same command: make study",
     ]
-    assert plan.resume_command(["/venv/bin/snakemake", "--cores", "2", "--configfile", "my config.yaml"], {}) == \
+    assert messages.resume_command(["/venv/bin/snakemake", "--cores", "2", "--configfile", "my config.yaml"], {}) == \
         "snakemake --cores 2 --configfile 'my config.yaml'"
-    assert plan.resume_command(["snakemake"], {"SPECREJ_RESUME": "make study"}) == "make study"
+    assert messages.resume_command(["snakemake"], {"SPECREJ_RESUME": "make study"}) == "make study"
+    assert messages.failure_message([], "make study").startswith("specrej: the workflow stopped before any job failed")
 
 
-def test_method_settings_sr_alphas_then_the_methods_grids(config):
+def test_method_settings_sr_alphas_then_the_methods_grids_then_adaptive_sr(config):
     config["methods"] = [{"name": "sr-random", "grid": {"alpha": [0.7, 0.5], "min_tokens": [4]}}]
     runs = plan.method_settings(config)
-    assert list(runs) == [("sr", "alpha0.25"), ("sr", "alpha0.5"), ("sr-random", "alpha0.7"), ("sr-random", "alpha0.5")]
-    assert runs[("sr-random", "alpha0.7")] == {"spec": "sr-random", "params": {"alpha": 0.7, "min_tokens": 4}}
+    assert list(runs) == [("sr", "alpha0.25"), ("sr", "alpha0.5"), ("sr-random", "alpha0.7"), ("sr-random", "alpha0.5"),
+                          ("sr", "delta0.2")]  # adaptive SR's records say "sr": its run files sit beside SR's
+    assert runs[("sr-random", "alpha0.7")] == {"spec": "sr-random", "params": {"alpha": 0.7, "min_tokens": 4},
+                                               "fit_param": None}
     config["sr"].update(batch_size=64, decision_tokens=[8, 16], memory_budget="64MiB")
-    args = shlex.split(plan.method_args(config, config["pairs"][1], "sr-random", {"alpha": 0.7, "min_tokens": 4}))
+    args = shlex.split(job_options.method_args(config, config["pairs"][1], "sr-random", {"alpha": 0.7, "min_tokens": 4}))
     assert args[args.index("--method") + 1] == "sr-random"
     params = [args[i + 1] for i, a in enumerate(args) if a == "--param"]
     # the sr block's schedule (batch size, decision tokens, max_init_batch), the grid's min_tokens over it
@@ -459,7 +489,8 @@ def test_method_settings_sr_alphas_then_the_methods_grids(config):
     ([{"name": "sr-random", "grid": {"alpha": [0.5, 1.5]}}], "methods[0].grid.alpha: --alpha must be in [0, 1), got 1.5"),
     ([{"name": "sr-random", "grid": {"beam": [2]}}],
      "methods[0].grid.beam: sr-random (random-halting SR, the control) takes no parameter 'beam'"),
-    ([{"name": "bon", "grid": {"n": [4]}}], "methods[0].name: bon has its own block"),
+    ([{"name": "bon", "grid": {"n": [4]}}], "methods[0].name: bon has its own block (bon)"),
+    ([{"name": "sr-adaptive", "grid": {"delta": [0.1]}}], "methods[0].name: sr-adaptive has its own block (sr.adaptive)"),
     ([{"name": "sr-random"}, {"name": "sr-random"}], "methods[1].name: sr-random is listed twice"),
 ])
 def test_methods_entries_are_checked_against_their_declarations(raw_config, methods, message):
@@ -503,13 +534,13 @@ def test_grid_config_replaces_the_defaults_pairs_and_methods():
     assert list(plan.method_settings(config)) == [("sr", "alpha0.5"), ("sr", "alpha0.7"), ("sr", "alpha0.9")]
     assert config["evaluation"]["judge"] is None and plan.judge_model_spec(config) is None
     assert list(plan.study_models(config).values()) == ["default", "gemma3-270m"]
-    gemma = plan.generate_args(config, jobs.pairs["gemma3-270m--logprob"], "bon", n=16)
+    gemma = job_options.bon_args(config, jobs.pairs["gemma3-270m--logprob"], n=16)
     assert gemma.startswith("--model gemma3-270m --reward logprob --method bon --prompt-format plain "
                             "--max-new-tokens 64 ")
     assert "--dtype bfloat16 " in gemma and gemma.endswith("--n 16 --memory-budget 27MiB")
-    smollm2 = plan.generate_args(config, jobs.pairs["smollm2--logprob"], "sr", alpha=0.5)
+    smollm2 = job_options.method_args(config, jobs.pairs["smollm2--logprob"], "sr", {"alpha": 0.5})
     assert smollm2.startswith("--model default --reward logprob --method sr --prompt-format chat ")
-    assert plan.merged_runs(config, config["results_dir"], ["gemma3-270m--logprob"], [])[0] == \
+    assert plan.merged_runs(config, config["results_dir"], ["gemma3-270m--logprob"])[0] == \
         "results/grid/runs/gemma3-270m--logprob/bon/n16.jsonl"
 
 

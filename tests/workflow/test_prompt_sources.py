@@ -70,14 +70,16 @@ def alpaca_farm_export(tmp_path) -> Path:
 
 
 def run_script(tmp_path: Path, env: dict, **params) -> subprocess.CompletedProcess:
-    """prepare_prompts.py as Snakemake's `script:` runs it (a `snakemake` object in its globals)."""
+    """prepare_prompts.py as Snakemake's `script:` runs it (a `snakemake` object in its globals)
+    for a dataset `source` (params.dataset; the rule has no input then)."""
     out, log = tmp_path / "prompts.jsonl", tmp_path / "prepare_prompts.log"
+    params = {"split": None, "revision": None, "dataset": params.pop("source"), **params}
     runner = (
         "import runpy, sys, types\n"
         "params = types.SimpleNamespace(**{k: v for k, v in %r.items()})\n"
-        "smk = types.SimpleNamespace(params=params, output=[%r], log=[%r])\n"
+        "smk = types.SimpleNamespace(input=[], params=params, output=[%r], log=[%r])\n"
         "runpy.run_path(%r, init_globals={'snakemake': smk}, run_name='__main__')\n"
-    ) % ({"split": None, "revision": None, **params}, str(out), str(log), str(SCRIPT))
+    ) % (params, str(out), str(log), str(SCRIPT))
     result = subprocess.run([sys.executable, "-c", runner], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=300)
     result.log = log.read_text() if log.exists() else ""

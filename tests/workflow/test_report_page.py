@@ -5,7 +5,7 @@ the page's DOM after the report's JavaScript has drawn it (the description trave
 in a script and is inserted at runtime). On the page's description: the headline's tables are
 <table> elements, no preformatted text holds a table's `|`, and Figure 3 is an embedded image.
 
-The same run's output holds the Snakefile's onstart message (plan.study_overview) once.
+The same run's output holds the Snakefile's onstart message (messages.study_overview) once.
 
 The browser test needs a Chromium binary (Debian: `apt-get install chromium`; .ci/run installs
 it); without one it is skipped, saying so."""
@@ -76,7 +76,7 @@ def small_run(generator_dir, tmp_path_factory) -> dict:
 
 
 def test_the_run_says_what_it_runs_before_its_first_job(small_run):
-    """The Snakefile's onstart: plan.study_overview once, before the first job; not for the report."""
+    """The Snakefile's onstart: messages.study_overview once, before the first job; not for the report."""
     run = small_run["run"]
     assert run.count("specrej: the study: ") == 1
     assert run.index("specrej: the study: ") < run.index("rule ")

@@ -1,13 +1,13 @@
-"""plan.study_overview, what a run says before its first job: the study's jobs counted by hand
-for the default config and against Snakemake's own dry-run plan for others, and the time
-estimate against the measured study of 2026-12-01 (27 min 11 s, the settings of config/all-methods.yaml)."""
+"""messages.study_overview, what a run says before its first job, from the jobs of Snakemake's own
+DAG (the Snakefile's onstart hands it `workflow.dag`'s jobs): the default study's jobs counted by
+hand, and its time estimate against the measured study (27 min 11 s for config/all-methods.yaml's
+settings on a 2-core CPU)."""
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -15,10 +15,41 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 sys.path.insert(0, str(ROOT / "workflow"))
+import messages
 import plan
 
 pytest.importorskip("jsonschema")
 update_config = pytest.importorskip("snakemake.utils").update_config
+
+# The DAG that `snakemake` builds before its first job (as DAGApi.printdag builds it), printed as
+# JSON: every job's (rule, wildcards), and those that need to run.
+BUILD_DAG = """
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+snakefile, *configfiles = sys.argv[1:]
+with SnakemakeApi(OutputSettings()) as api:
+    workflow_api = api.workflow(resource_settings=ResourceSettings(cores=2), snakefile=Path(snakefile),
+                                config_settings=ConfigSettings(configfiles=[Path(f) for f in configfiles]))
+    workflow_api.dag()
+    workflow = workflow_api._workflow
+    workflow._prepare_dag(forceall=False, ignore_incomplete=True, lock_warn_only=True)
+    workflow._build_dag()
+    jobs = lambda listed: [(job.rule.name, dict(job.wildcards_dict)) for job in listed]
+    print("DAG " + json.dumps({"all": jobs(workflow.dag.jobs), "left": jobs(workflow.dag.needrun_jobs())}))
+"""
+
+
+def dag_jobs(*overlays: Path, cwd: Path) -> dict[str, list[tuple[str, dict]]]:
+    """{"all": [(rule, wildcards)], "left": [...]} of Snakemake's DAG for the default config with
+    `overlays`, run in `cwd`."""
+    result = subprocess.run([sys.executable, "-c", BUILD_DAG, str(ROOT / "Snakefile"), *map(str, overlays)],
+                            cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+    line = next((line for line in result.stdout.splitlines() if line.startswith("DAG ")), None)
+    assert line, result.stderr[-3000:]
+    return {key: [tuple(job) for job in jobs] for key, jobs in json.loads(line[4:]).items()}
 
 
 def merged_config(*overlays: Path) -> dict:
@@ -32,77 +63,99 @@ def merged_config(*overlays: Path) -> dict:
     return config
 
 
-def test_the_default_studys_overview():
+# The rates of the measured study, per prompt and decode step (Best-of-N: of 16 rows), as the
+# built-in methods declare them (`Method.step_seconds`); set here where a declaration lacks one.
+MEASURED_STEP_SECONDS = {"bon": 0.093, "sr": 0.139, "sr-random": 0.138, "st-bon": 0.081, "sr-adaptive": 0.139}
+
+
+@pytest.fixture
+def declared_rates():
+    from specrej.methods import get_method
+
+    added = []
+    for name, seconds in MEASURED_STEP_SECONDS.items():
+        method = get_method(name)
+        if getattr(method, "step_seconds", None) is None:
+            object.__setattr__(method, "step_seconds", seconds)  # a frozen dataclass
+            added.append(method)
+    yield
+    for method in added:
+        object.__delattr__(method, "step_seconds")
+
+
+@pytest.fixture(scope="module")
+def default_dag(tmp_path_factory) -> dict:
+    return dag_jobs(cwd=tmp_path_factory.mktemp("default"))
+
+
+def test_the_default_studys_overview(default_dag, declared_rates):
     config = merged_config()
-    lines = plan.study_overview(config, plan.Plan(config, ROOT)).splitlines()
+    lines = messages.study_overview(config, plan.Plan(config, ROOT), default_dag["all"], default_dag["left"])
     # by hand: 8 shards of Bo16 (Bo128 / 16; the correlation study reads shards 0-1 of them) and 6
     # method runs (3 SR, 2 Random SR, 1 ST-BoN) generate; then 4 + 6 merges, 1 model fetch, 1 chunk,
     # 1 prefix scoring, 1 correlation statistics and 13 single jobs (prepare_prompts, rule all,
     # runs_table, method_summary, decisions, win_rates, tables 1-2, figures 2-4, correlation_summary,
     # headline): 14 + 10 + 4 + 13 = 41
-    assert lines[0] == ("specrej: the study: 41 jobs (14 of them generating), 1 pair (SmolLM2-135M / logprob), "
-                        "24 prompts, up to 64 new tokens per response")
-    assert lines[1] == ("specrej:   Best-of-N 16, 32, 64, 128 (shards of 16); SR α=0.5, 0.7, 0.9; "
-                        "Random SR α=0.5, 0.9; ST-BoN N=32")
-    assert lines[2] == ("specrej:   about 24 min from an empty results/ on a 2-core CPU (SmolLM2-135M's per-job "
-                        "times, measured 2026-12-01); a GPU is faster")
-    assert len(lines) == 3
+    assert lines.splitlines() == [
+        ("specrej: the study: 41 jobs (14 of them generating), 1 pair (SmolLM2-135M / logprob), 24 prompts, up to "
+         "64 new tokens per response"),
+        "specrej:   Best-of-N 16, 32, 64, 128 (shards of 16); SR α=0.5, 0.7, 0.9; Random SR α=0.5, 0.9; ST-BoN N=32",
+        ("specrej:   about 24 min from an empty results/ on a 2-core CPU (SmolLM2-135M's per-job times, measured "
+         "2026-12-01); a GPU is faster")]
 
 
-def test_the_estimate_is_the_measured_default_study():
-    # by hand from the constants: 8 shards x (5.9 + 24 x 64 x 16 x 5.81e-3) = 1189.4 s, SR 3 x (5.9 +
+def test_the_estimate_is_the_measured_default_study(default_dag, declared_rates):
+    # by hand from the rates: 8 shards x (5.9 + 24 x 64 x 16 x 0.093 / 16) = 1190.0 s, SR 3 x (5.9 +
     # 1536 x 0.139) = 658.3, Random SR 2 x (5.9 + 1536 x 0.138) = 435.7, ST-BoN 1 x (5.9 + 1536 x
     # 0.081) = 130.3, the judge 5.9 + 9 x 24 x 0.52 = 118.2, the fetch 31, the prefixes 4.2, 23 other
-    # jobs x 0.94 = 21.6: 2588.9 s two at a time, + 41 x 3.3 s = 1429.8 s
+    # jobs x 0.94 = 21.6: 2589.3 s two at a time, + 41 x 3.3 s = 1429.9 s
     config = merged_config()
-    assert plan.study_seconds(config, plan.Plan(config, ROOT)) == pytest.approx(1429.8, abs=1)
+    assert messages.jobs_seconds(config, plan.Plan(config, ROOT), default_dag["all"]) == pytest.approx(1429.9, abs=0.5)
 
 
-def test_the_estimate_of_the_2026_12_01_study_is_its_measured_time():
-    # the same constants for every setting of that study (config/all-methods.yaml): 45 jobs, 1630.4 s
-    # by the arithmetic above with 3 Random SR and 2 ST-BoN runs; measured on a fresh clone: 1631 s
-    config = merged_config(ROOT / "config" / "all-methods.yaml")
-    assert plan.study_seconds(config, plan.Plan(config, ROOT)) == pytest.approx(1630.4, abs=1)
+def test_the_estimate_of_the_measured_study_is_its_measured_time(tmp_path, declared_rates):
+    # the same rates for every setting of config/all-methods.yaml: 45 jobs, by the arithmetic above
+    # with 3 Random SR and 2 ST-BoN runs (ST-BoN N=128 at the same per-step rate) and the judge's
+    # 11 x 24 comparisons: 2964.3 s two at a time, + 45 x 3.3 s = 1630.7 s;
+    # measured on a fresh clone: 1631 s
+    overlay = ROOT / "config" / "all-methods.yaml"
+    jobs = dag_jobs(overlay, cwd=tmp_path)["all"]
+    config = merged_config(overlay)
+    assert len(jobs) == 45
+    assert messages.jobs_seconds(config, plan.Plan(config, ROOT), jobs) == pytest.approx(1630.7, abs=0.5)
 
 
-def test_a_resumed_run_says_how_many_jobs_are_left():
+def test_a_method_without_a_declared_rate_is_timed_at_the_fallback(tmp_path, monkeypatch):
+    (tmp_path / "rateless.py").write_text(
+        "from specrej.methods import get_method\nimport dataclasses\n"
+        "M = dataclasses.replace(get_method('sr-random'), name='rateless')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = merged_config()
+    config["methods"] = [{"name": "python:rateless:M", "grid": {"alpha": [0.5]}}]
+    jobs = plan.Plan(config, ROOT)
+    from specrej.methods import get_method
+
+    if getattr(get_method("python:rateless:M"), "step_seconds", None) is not None:
+        object.__setattr__(get_method("python:rateless:M"), "step_seconds", None)
+    # 5.9 s to start + 24 prompts x 64 steps x 0.139 s (SR's measured rate, the fallback)
+    seconds = messages.job_seconds(config, jobs, "method_run", {"method": "rateless", "setting": "alpha0.5",
+                                                                "chunk": next(iter(jobs.chunks))})
+    assert seconds == pytest.approx(5.9 + 24 * 64 * 0.139)
+
+
+def test_a_resumed_run_says_how_many_jobs_are_left_and_how_long_they_take(default_dag, declared_rates):
     config = merged_config()
     jobs = plan.Plan(config, ROOT)
-    resumed = plan.study_overview(config, jobs, jobs_left=3).splitlines()
-    assert resumed[3] == "specrej:   this run has 3 of them left (finished jobs are kept), so it takes less"
-    assert len(plan.study_overview(config, jobs, jobs_left=41).splitlines()) == 3
+    left = [job for job in default_dag["all"] if job[0] in ("headline", "all", "table2")]
+    resumed = messages.study_overview(config, jobs, default_dag["all"], left).splitlines()
+    # 3 jobs: 2 x 0.94 s two at a time + 3 x 3.3 s = 10.8 s
+    assert resumed[3] == "specrej:   this run has 3 of them left, under a minute (finished jobs are kept)"
+    assert len(messages.study_overview(config, jobs, default_dag["all"], default_dag["all"]).splitlines()) == 3
 
 
-def test_another_model_is_named_in_the_estimate():
-    config = merged_config(ROOT / "config" / "grid.yaml")
-    estimate = plan.study_overview(config, plan.Plan(config, ROOT)).splitlines()[2]
+def test_another_model_is_named_in_the_estimate(tmp_path, declared_rates):
+    overlay = ROOT / "config" / "grid.yaml"
+    config = merged_config(overlay)
+    dag = dag_jobs(overlay, cwd=tmp_path)
+    estimate = messages.study_overview(config, plan.Plan(config, ROOT), dag["all"], dag["left"]).splitlines()[2]
     assert "from an empty results/grid/" in estimate and "larger models take longer" in estimate
-
-
-def dry_run_counts(*configfiles: Path, cwd: Path) -> tuple[dict[str, int], str]:
-    """Snakemake's 'Job stats' of a dry run ({rule: count}, 'total' left out), and its output."""
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "-n", "--cores", "2",
-               "--quiet", "rules"] + (["--configfile", *map(str, configfiles)] if configfiles else [])
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}  # the tiny config's toy reward
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300, env=env, check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
-    output = result.stdout + result.stderr
-    counts = {}
-    for line in output[output.index("Job stats:"):].splitlines()[3:]:
-        parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit() or parts[0] == "total":
-            break
-        counts[parts[0]] = int(parts[1])
-    return counts, output
-
-
-@pytest.mark.parametrize("overlay", [None, "config/adaptive.yaml", "config/all-methods.yaml", "config/grid.yaml",
-                                     "tests/workflow/config.yaml"])
-def test_the_overview_counts_the_jobs_snakemake_plans(overlay, tmp_path):
-    overlays = [ROOT / overlay] if overlay else []
-    counts, output = dry_run_counts(*overlays, cwd=tmp_path)
-    config = merged_config(*overlays)
-    jobs = plan.Plan(config, ROOT)
-    assert dict(Counter(job["rule"] for job in plan.study_jobs(config, jobs))) == counts
-    assert f"the study: {sum(counts.values())} jobs" in plan.study_overview(config, jobs)
-    assert "specrej: the study" not in output  # a dry run does not print it

@@ -50,14 +50,14 @@ def job_counts(output: str) -> dict[str, int]:
     # 24 prompts in 1 chunk: 8 shards of Bo16 (the ladder Bo16..Bo128, nested), 3 alphas; the
     # correlation study scores Best-of-N's own responses (no generation of its own); the
     # random-halting control at SR's alphas 0.5 and 0.9 and ST-BoN at N = 32 (methods:); no adaptive SR
-    (None, {"bon_shard": 8, "bon_direct": None, "method_run": 3 + 2 + 1, "sr_adaptive": None,
+    (None, {"bon_shard": 8, "bon_direct": None, "method_run": 3 + 2 + 1,
             "generate_correlation": None, "score_prefixes": 1, "calibration_fit": None, "adaptive_survival": None,
-            "merge_bon": 4, "merge_method": 3 + 2 + 1, "merge_sr_adaptive": None, "table1": 1, "table2": 1,
+            "merge_bon": 4, "merge_method": 3 + 2 + 1, "table1": 1, "table2": 1,
             "figure2": 1, "figure3": 1, "figure4": 1, "correlation_summary": 1, "decisions": 1}),
-    # config/adaptive.yaml over it: adaptive SR at 2 deltas, fit on 10 held-out prompts (1 chunk:
-    # Best-of-N shards 0-1, scored)
-    ("config/adaptive.yaml", {"bon_shard": 8 + 2, "method_run": 6, "sr_adaptive": 2, "score_prefixes": 1 + 1,
-                              "calibration_fit": 1, "adaptive_survival": 1, "merge_sr_adaptive": 2}),
+    # config/adaptive.yaml over it: adaptive SR at 2 deltas (method_run too), fit on 10 held-out
+    # prompts (1 chunk: Best-of-N shards 0-1, scored)
+    ("config/adaptive.yaml", {"bon_shard": 8 + 2, "method_run": 6 + 2, "score_prefixes": 1 + 1,
+                              "calibration_fit": 1, "adaptive_survival": 1, "merge_method": 6 + 2}),
     # config/all-methods.yaml over it: the control at alpha 0.7 and ST-BoN at N = 128 beside them
     ("config/all-methods.yaml", {"bon_shard": 8, "method_run": 3 + 3 + 2, "merge_method": 3 + 3 + 2}),
     # 12 pairs x 10 chunks of 10 prompts: 32 shards of Bo120, 9 alphas; the 9 reward-model pairs
@@ -69,7 +69,7 @@ def job_counts(output: str) -> dict[str, int]:
                           "correlation_summary": 1, "figure3": 1, "figure4": 1, "table1": 1, "table2": 1}),
     ("config/paper.yaml", {"bon_shard": 12 * 10 * 32, "bon_direct": None, "method_run": 12 * 10 * 9,
                            "merge_bon": 12 * 6, "merge_method": 12 * 9, "generate_correlation": None, "score_prefixes": 9 * 10,
-                           "sr_adaptive": None, "calibration_fit": None,
+                           "calibration_fit": None,
                            "prompt_chunk": 10, "table1": 1, "table2": 1}),
 ])
 def test_dry_run_plans_every_output(tmp_path, configfile, expected):
@@ -128,6 +128,8 @@ def test_paper_config_is_the_papers_setting(tmp_path):
      "invalid config: pairs[0].generator: 'nope' is not defined under generators"),
     ("bon:\n  n: [8, 48]\n  shard_size: 32\n", "invalid config: bon.n: 48 above bon.shard_size=32 must be multiples"),
     ("prompts:\n  source: no/such/prompts.json\n", "invalid config: prompts.source: file not found"),
+    # results_dir naming a file (here the config file itself): one line, not NotADirectoryError
+    ("results_dir: bad.yaml\n", "invalid config: results_dir: bad.yaml is a file, not a folder"),
     ("prompts:\n  source: tatsu-lab/alpaca_farm:alpaca_farm_evaluation\n  select: null\n",
      "give prompts.select (the row indices)"),
     ("evaluation:\n  judge: gpt-4\n", "invalid config: evaluation.judge: 'gpt-4' is not valid: expected null "
@@ -256,7 +258,7 @@ def test_tiny_run_from_an_empty_cache_survives_a_kill_and_produces_every_output(
     # the model was prepared by its fetch job alone: no generation job fetched or converted it
     fetch_logs = list((results / "logs/fetch_model").glob("*.log"))
     assert len(fetch_logs) == 1 and "specrej: converting" in fetch_logs[0].read_text()
-    generation_logs = [p for rule in ("bon_shard", "bon_direct", "sr", "sr_adaptive")
+    generation_logs = [p for rule in ("bon_shard", "bon_direct", "method_run")
                        for p in (results / "logs" / rule).rglob("*.log")]
     assert generation_logs and not [p for p in generation_logs
                                     if "specrej: converting" in p.read_text() or "waiting for" in p.read_text()]

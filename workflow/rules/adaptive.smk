@@ -1,7 +1,7 @@
 # Adaptive rejection (paper §6, specrej/methods/adaptive_cut.py): the partial/final fit from held-out prompts
 # (sr.adaptive.calibration_prompts: their Best-of-N shards scored at the correlation study's
 # decision tokens), and the best response's survival against fixed α at equal tokens on the
-# correlation study's responses. The adaptive SR runs themselves are rule sr_adaptive (decode.smk).
+# correlation study's responses. The adaptive SR runs themselves are method_run jobs (decode.smk).
 
 
 rule calibration_fit:
@@ -18,6 +18,8 @@ rule calibration_fit:
         f"{RESULTS}/benchmarks/calibration_fit/{{pair}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/calibration_fit.py"
 
@@ -41,5 +43,7 @@ rule adaptive_survival:
         f"{RESULTS}/benchmarks/adaptive_survival/{{pair}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/adaptive_survival.py"

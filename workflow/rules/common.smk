@@ -1,6 +1,8 @@
 # What only Snakemake can do: the globals the rules read, input functions and params of the
-# wildcards, the wildcard constraints and the resources of each kind of job. The plain Python
-# (config checks, prompt chunks, the engine's options, onsuccess messages) is workflow/plan.py.
+# wildcards, the wildcard constraints, the resources of each kind of job, and the hooks' reading
+# of Snakemake's DAG and scheduler. The plain Python is workflow/plan.py (config checks, the
+# jobs' dimensions), workflow/job_options.py (engine options, resources) and
+# workflow/messages.py (what a run says).
 
 import os
 import re
@@ -10,6 +12,8 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+import job_options  # noqa: E402 (workflow/job_options.py)
+import messages  # noqa: E402 (workflow/messages.py)
 import plan  # noqa: E402 (workflow/plan.py)
 
 
@@ -25,11 +29,11 @@ def validate_config(config, schema):
 def setup_plan(config):
     """The jobs' dimensions and the analysis jobs' resources, as globals for the rule files
     (after the config is validated); RESULTS, the folder every output goes to (`results_dir`)."""
-    global RESULTS, PAIRS, CHUNKS, CALIBRATION_CHUNKS, ALL_CHUNKS, ADAPTIVE_DELTAS, PROMPT_FILE, MODELS
+    global PLAN, RESULTS, PAIRS, CHUNKS, CALIBRATION_CHUNKS, ALL_CHUNKS, ADAPTIVE_DELTAS, PROMPT_FILE, MODELS
     global CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS, FIGURE2_PAIR, FIGURE4_PAIRS, ANALYSIS_RESOURCES
     global METHOD_RUNS, METHOD_DIRS, METHOD_SETTINGS
     try:
-        jobs = plan.Plan(config, workflow.basedir)
+        PLAN = jobs = plan.Plan(config, workflow.basedir)
     except plan.ConfigError as error:
         raise WorkflowError(str(error)) from None
     RESULTS = config["results_dir"]  # normalised by validate_config: "results" unless the config names another
@@ -38,7 +42,7 @@ def setup_plan(config):
     CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS = jobs.correlation_pairs, jobs.table1_pairs, jobs.table2_pairs
     FIGURE2_PAIR, FIGURE4_PAIRS = jobs.figure2_pair, jobs.figure4_pairs
     MODELS = plan.study_models(config)  # {name: spec}: one fetch job each
-    METHOD_RUNS = plan.method_settings(config)  # {(method, setting): {spec, params}}: the method_run jobs
+    METHOD_RUNS = jobs.method_runs  # {(method, setting): {spec, params, fit_param}}: the method_run jobs
     METHOD_DIRS = "|".join(sorted({re.escape(m) for m, _ in METHOD_RUNS}))
     METHOD_SETTINGS = "|".join(sorted({re.escape(s) for _, s in METHOD_RUNS}))
     PROMPT_FILE = plan.local_source(config["prompts"]["source"], workflow.basedir)  # None: a dataset
@@ -51,8 +55,6 @@ wildcard_constraints:
     chunk="[^/]+",
     n=r"\d+",
     k=r"\d+",
-    alpha=r"[0-9.]+",
-    delta=r"[0-9.]+",
     study="correlation|adaptive",
 
 
@@ -65,7 +67,7 @@ def step_resources(step):
     """resources of a `generate` or `score_prefixes` job: its GPUs (none for the free logprob
     prefix scores), mem_mb and runtime; its threads are the rule's `threads`."""
     return {
-        "gpu": lambda wildcards: plan.needs_gpu(config, PAIRS[wildcards.pair], step),
+        "gpu": lambda wildcards: job_options.needs_gpu(config, PAIRS[wildcards.pair], step),
         "mem_mb": config["resources"][step]["mem_mb"],
         "runtime": config["resources"][step]["runtime"],
     }
@@ -73,8 +75,8 @@ def step_resources(step):
 
 def judge_resource(key):
     """The win-rate job's `key` (threads, gpu, mem_mb, runtime): resources.evaluate for a local
-    model judge, else an analysis job's without a GPU (plan.judge_resources)."""
-    return plan.judge_resources(config)[key]
+    model judge, else an analysis job's without a GPU (job_options.judge_resources)."""
+    return job_options.judge_resources(config)[key]
 
 
 # --------------------------------------------------------------------------------------
@@ -93,9 +95,8 @@ def pair_labels(pair):
 
 
 def merged_runs(pairs=None):
-    """The per-pair run files the metrics read: Bo-N for every N, SR for every alpha and every
-    adaptive delta."""
-    return plan.merged_runs(config, RESULTS, PAIRS if pairs is None else pairs, ADAPTIVE_DELTAS)
+    """The per-pair run files the metrics read: Bo-N for every N, then every method setting."""
+    return plan.merged_runs(config, RESULTS, PAIRS if pairs is None else pairs)
 
 
 def run_pair(path):
@@ -135,7 +136,7 @@ def adaptive_outputs(name, pairs):
 
 def calibration_fit(pair):
     """The held-out prefix table adaptive SR fits on ([] for the online fit)."""
-    return [f"{RESULTS}/adaptive/{pair}/calibration_prefixes.parquet"] if CALIBRATION_CHUNKS else []
+    return [plan.calibration_fit_file(RESULTS, pair)] if CALIBRATION_CHUNKS else []
 
 
 def pair_model_files(wildcards):
@@ -155,30 +156,41 @@ def judge_model_files():
 # --------------------------------------------------------------------------------------
 
 
-def generation_params(method, **options):
-    """params of a generation rule: `args` (plan.generate_args, whose `options` may be functions
-    of the wildcards), the `partial` file the engine writes while the job runs, and `prompt_ids`."""
+def bon_params(n, seed_offset=lambda wildcards: 0):
+    """params of a Best-of-N rule: `args` (job_options.bon_args, with `n` and `seed_offset`
+    functions of the wildcards), the `partial` file the engine writes while the job runs, and
+    `prompt_ids`."""
 
     def args(wildcards):
-        resolved = {k: (v(wildcards) if callable(v) else v) for k, v in options.items()}
-        return plan.generate_args(config, PAIRS[wildcards.pair], method, **resolved)
+        return job_options.bon_args(config, PAIRS[wildcards.pair], n=n(wildcards), seed_offset=seed_offset(wildcards))
 
     return {
         "args": args,
-        "partial": lambda wildcards, output: plan.partial_path(RESULTS, output[0], args(wildcards)),
+        "partial": lambda wildcards, output: job_options.partial_path(RESULTS, output[0], args(wildcards)),
         "prompt_ids": lambda wildcards: chunk_params(wildcards.chunk),
     }
 
 
+def method_run(wildcards):
+    """The method_run job's setting: {spec, params, fit_param} (plan.method_settings)."""
+    return METHOD_RUNS[(wildcards.method, wildcards.setting)]
+
+
+def method_run_fit(wildcards):
+    """The held-out fit a method_run job reads ([] when its method takes none)."""
+    return calibration_fit(wildcards.pair) if method_run(wildcards)["fit_param"] else []
+
+
 def method_run_args(wildcards):
-    """params.args of a method_run job (plan.method_args)."""
-    run = METHOD_RUNS[(wildcards.method, wildcards.setting)]
-    return plan.method_args(config, PAIRS[wildcards.pair], run["spec"], run["params"])
+    """params.args of a method_run job (job_options.method_args), the fit file among its params."""
+    run = method_run(wildcards)
+    fit = {run["fit_param"]: calibration_fit(wildcards.pair)[0]} if run["fit_param"] else {}
+    return job_options.method_args(config, PAIRS[wildcards.pair], run["spec"], {**run["params"], **fit})
 
 
 def prefix_args(wildcards):
     """params.args of a score_prefixes job."""
-    return plan.prefix_args(config, PAIRS[wildcards.pair])
+    return job_options.prefix_args(config, PAIRS[wildcards.pair])
 
 
 # --------------------------------------------------------------------------------------
@@ -186,20 +198,34 @@ def prefix_args(wildcards):
 # --------------------------------------------------------------------------------------
 
 
-def report_failure(logs):
-    """After a failed run: each failed job, its log, and the command that resumes. Also written
-    to results/logs/failure.txt, which `make study` prints again after Snakemake's own last lines."""
-    jobs = []
-    for path in logs or []:
-        jobs += plan.failed_jobs(Path(path).read_text(errors="replace"))
-    message = plan.failure_message(jobs, plan.resume_command(sys.argv, os.environ))
+def dag_jobs(jobs):
+    """(rule name, wildcards) of Snakemake `Job`s, as workflow/messages.py takes them."""
+    return [(job.rule.name, dict(job.wildcards_dict)) for job in jobs]
+
+
+def report_start():
+    """Before the first job: the study as Snakemake's DAG holds it (every job, the finished
+    ones too) and the jobs this run has left (messages.study_overview)."""
+    dag = workflow.dag
+    print(messages.study_overview(config, PLAN, dag_jobs(dag.jobs), dag_jobs(dag.needrun_jobs())), file=sys.stderr)
+
+
+def report_failure():
+    """After a failed run: each job Snakemake's scheduler recorded as failed, its log, and the
+    command that resumes. Also written to results/logs/failure.txt, which `make study` prints
+    again after Snakemake's own last lines."""
+    failed = sorted(workflow.scheduler.failed, key=lambda job: job.jobid) if workflow.scheduler else []
+    jobs = [{"rule": job.rule.name, "logs": [str(path) for path in job.log],
+             "wildcards": ", ".join(f"{key}={value}" for key, value in job.wildcards_dict.items())}
+            for job in failed]
+    message = messages.failure_message(jobs, messages.resume_command(sys.argv, os.environ))
     print(message, file=sys.stderr)
     Path(RESULTS, "logs").mkdir(parents=True, exist_ok=True)
     Path(RESULTS, "logs", "failure.txt").write_text(message + "\n")
 
 
 def report_after_run():
-    """Say how many prompts failed and which SR points lie outside the Best-of-N curve."""
-    for message in [plan.failed_prompts_message(RESULTS), *plan.out_of_range_messages(RESULTS)]:
+    """Say how many prompts failed and which method settings lie outside the Best-of-N curve."""
+    for message in [messages.failed_prompts_message(RESULTS), *messages.out_of_range_messages(RESULTS)]:
         if message:
             print(message, file=sys.stderr)

@@ -21,6 +21,8 @@ rule score_prefixes:
     threads: config["resources"]["score_prefixes"]["threads"]
     resources:
         **step_resources("score_prefixes"),
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/score_prefixes.py"
 
@@ -41,6 +43,8 @@ rule correlation_statistics:
         f"{RESULTS}/benchmarks/correlation_statistics/{{pair}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/correlation_statistics.py"
 
@@ -66,5 +70,7 @@ rule correlation_summary:
         f"{RESULTS}/benchmarks/correlation_summary.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/correlation_summary.py"

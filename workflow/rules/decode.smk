@@ -1,9 +1,8 @@
-# Best-of-N, Speculative Rejection and every other method, one job per (pair, chunk of prompts)
-# and per shard, setting or adaptive delta, then one merged run file per setting:
-# results/runs/<pair>/bon/n<N>.jsonl (the reference ladder), results/runs/<pair>/<method>/<setting>.jsonl
-# (SR's alphas: sr/alpha<A>; the `methods:` entries) and results/runs/<pair>/sr/delta<D>.jsonl
-# (adaptive SR, with its held-out fit). Every generation job runs scripts/generate.py: `specrej
-# generate` with its params.args (plan.generate_args, plan.method_args).
+# Best-of-N and every other method, one job per (pair, chunk of prompts) and per shard or
+# setting, then one merged run file per setting: results/runs/<pair>/bon/n<N>.jsonl (the reference
+# ladder) and results/runs/<pair>/<method>/<setting>.jsonl (SR's alphas: sr/alpha<A>; adaptive
+# SR's deltas: sr/delta<D>; the `methods:` entries). Every generation job runs scripts/generate.py:
+# `specrej generate` with its params.args (job_options.bon_args, job_options.method_args).
 
 
 rule bon_shard:
@@ -14,7 +13,7 @@ rule bon_shard:
     output:
         f"{RESULTS}/runs/{{pair}}/bon/shard{{k}}/{{chunk}}.jsonl",
     params:
-        **generation_params("bon", n=config["bon"]["shard_size"], seed_offset=lambda wildcards: int(wildcards.k)),
+        **bon_params(n=lambda wildcards: config["bon"]["shard_size"], seed_offset=lambda wildcards: int(wildcards.k)),
     log:
         f"{RESULTS}/logs/bon_shard/{{pair}}/shard{{k}}/{{chunk}}.log",
     benchmark:
@@ -22,6 +21,8 @@ rule bon_shard:
     threads: config["resources"]["generate"]["threads"]
     resources:
         **step_resources("generate"),
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/generate.py"
 
@@ -34,7 +35,7 @@ rule bon_direct:
     output:
         f"{RESULTS}/runs/{{pair}}/bon/n{{n}}/{{chunk}}.jsonl",
     params:
-        **generation_params("bon", n=lambda wildcards: int(wildcards.n)),
+        **bon_params(n=lambda wildcards: int(wildcards.n)),
     log:
         f"{RESULTS}/logs/bon_direct/{{pair}}/n{{n}}/{{chunk}}.log",
     benchmark:
@@ -42,6 +43,8 @@ rule bon_direct:
     threads: config["resources"]["generate"]["threads"]
     resources:
         **step_resources("generate"),
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/generate.py"
 
@@ -60,17 +63,21 @@ rule merge_bon:
         f"{RESULTS}/benchmarks/merge_bon/{{pair}}/n{{n}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/merge_runs.py"
 
 
 rule method_run:
-    """One setting of a method on one chunk of prompts: SR at an alpha (sr.alphas), or a setting
-    of a `methods:` entry (the random-halting control, a method from outside the project ...).
-    One rule serves every method, so adding one needs no rule and no profile edit."""
+    """One setting of a method on one chunk of prompts: SR at an alpha (sr.alphas), adaptive SR at
+    a delta (sr.adaptive.deltas, with its held-out fit), or a setting of a `methods:` entry (the
+    random-halting control, a method from outside the project ...). One rule serves every method,
+    so adding one needs no rule and no profile edit."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
         models=pair_model_files,
+        fit=method_run_fit,
     output:
         f"{RESULTS}/runs/{{pair}}/{{method}}/{{setting}}/{{chunk}}.jsonl",
     wildcard_constraints:
@@ -78,7 +85,7 @@ rule method_run:
         setting=METHOD_SETTINGS,
     params:
         args=lambda wildcards: method_run_args(wildcards),
-        partial=lambda wildcards, output: plan.partial_path(RESULTS, output[0], method_run_args(wildcards)),
+        partial=lambda wildcards, output: job_options.partial_path(RESULTS, output[0], method_run_args(wildcards)),
         prompt_ids=lambda wildcards: chunk_params(wildcards.chunk),
     log:
         f"{RESULTS}/logs/method_run/{{pair}}/{{method}}/{{setting}}/{{chunk}}.log",
@@ -87,6 +94,8 @@ rule method_run:
     threads: config["resources"]["generate"]["threads"]
     resources:
         **step_resources("generate"),
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/generate.py"
 
@@ -110,49 +119,7 @@ rule merge_method:
         f"{RESULTS}/benchmarks/merge_method/{{pair}}/{{method}}/{{setting}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
-    script:
-        "../scripts/merge_runs.py"
-
-
-rule sr_adaptive:
-    """Speculative Rejection with the adaptive rule at one delta (specrej/methods/adaptive_cut.py, paper §6),
-    its partial/final fit from the held-out prompts (or online, without them)."""
-    input:
-        prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
-        models=pair_model_files,
-        fit=lambda wildcards: calibration_fit(wildcards.pair),
-    output:
-        f"{RESULTS}/runs/{{pair}}/sr/delta{{delta}}/{{chunk}}.jsonl",
-    params:
-        **generation_params("sr", alpha=config["sr"]["adaptive"]["fallback_alpha"],
-                            decision_tokens=config["sr"]["decision_tokens"],
-                            delta=lambda wildcards: float(wildcards.delta),
-                            fit=lambda wildcards: (calibration_fit(wildcards.pair) or [None])[0]),
-    log:
-        f"{RESULTS}/logs/sr_adaptive/{{pair}}/delta{{delta}}/{{chunk}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/sr_adaptive/{{pair}}/delta{{delta}}/{{chunk}}.tsv"
-    threads: config["resources"]["generate"]["threads"]
-    resources:
-        **step_resources("generate"),
-    script:
-        "../scripts/generate.py"
-
-
-rule merge_sr_adaptive:
-    """One adaptive SR run file per delta."""
-    input:
-        lambda wildcards: expand(f"{RESULTS}/runs/{{pair}}/sr/delta{{delta}}/{{chunk}}.jsonl", pair=wildcards.pair,
-                                 delta=wildcards.delta, chunk=CHUNKS),
-    output:
-        f"{RESULTS}/runs/{{pair}}/sr/delta{{delta}}.jsonl",
-    params:
-        shards=1,
-    log:
-        f"{RESULTS}/logs/merge_sr_adaptive/{{pair}}/delta{{delta}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/merge_sr_adaptive/{{pair}}/delta{{delta}}.tsv"
-    resources:
-        **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/merge_runs.py"

@@ -26,6 +26,8 @@ rule runs_table:
         f"{RESULTS}/benchmarks/runs_table.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/runs_table.py"
 
@@ -53,6 +55,8 @@ rule method_summary:
         f"{RESULTS}/benchmarks/method_summary.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/method_summary.py"
 
@@ -79,5 +83,7 @@ rule win_rates:
         gpu=judge_resource("gpu"),
         mem_mb=judge_resource("mem_mb"),
         runtime=judge_resource("runtime"),
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/win_rates.py"

@@ -7,9 +7,9 @@ rule prepare_prompts:
     output:
         f"{RESULTS}/prompts/prompts.jsonl",
     params:
-        # a value (lint: "hardcoded prefix of input"), so a changed source reruns the job, as
-        # params derived from the input would not (tests/workflow/test_lint.py)
-        source=PROMPT_FILE or config["prompts"]["source"],
+        # a Hugging Face dataset's name (None for a local file, the input: a changed path changes
+        # the input files, which reruns the job as a changed dataset name does through params)
+        dataset=None if PROMPT_FILE else config["prompts"]["source"],
         select=plan.prepared_select(config),  # the study's prompts, then adaptive SR's held-out ones
         split=config["prompts"]["split"],
         revision=config["prompts"]["revision"],
@@ -19,6 +19,8 @@ rule prepare_prompts:
         f"{RESULTS}/benchmarks/prepare_prompts.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/prepare_prompts.py"
 
@@ -38,5 +40,7 @@ rule prompt_chunk:
         f"{RESULTS}/benchmarks/prompt_chunk/{{chunk}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/prompt_chunk.py"

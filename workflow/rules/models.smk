@@ -15,5 +15,7 @@ rule fetch_model:
         f"{RESULTS}/benchmarks/fetch_model/{{model}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/fetch_model.py"

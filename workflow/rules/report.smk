@@ -19,6 +19,8 @@ rule table1:
         f"{RESULTS}/benchmarks/table1.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/table1.py"
 
@@ -41,6 +43,8 @@ rule table2:
         f"{RESULTS}/benchmarks/table2.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/table2.py"
 
@@ -63,6 +67,8 @@ rule figure2:
         f"{RESULTS}/benchmarks/figure2.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/figure2.py"
 
@@ -82,6 +88,8 @@ rule figure3:
         f"{RESULTS}/benchmarks/figure3.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/figure3.py"
 
@@ -102,6 +110,8 @@ rule figure4:
         f"{RESULTS}/benchmarks/figure4.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/figure4.py"
 
@@ -145,6 +155,8 @@ rule headline:
         f"{RESULTS}/benchmarks/headline.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/headline.py"
 
@@ -166,5 +178,7 @@ rule decisions:
         f"{RESULTS}/benchmarks/decisions.tsv"
     resources:
         **ANALYSIS_RESOURCES,
+    conda:
+        "../envs/specrej.yaml"
     script:
         "../scripts/decisions_table.py"

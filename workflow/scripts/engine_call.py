@@ -2,7 +2,7 @@
 
 Both engine rules (the generation rules through generate.py, score_prefixes through
 score_prefixes.py) run their `specrej` command line through `call_specrej`, with the options the
-plan built (workflow/plan.py), so the engine's CLI parser checks them as it checks a user's.
+plan built (workflow/job_options.py), so the engine's CLI parser checks them as it checks a user's.
 
     engine_threads(snakemake.threads)   # first, before numpy or torch load
     log_to(snakemake.log[0])

@@ -72,11 +72,12 @@ def prompt_items(source: str, select: list[int] | None, split: str | None = None
 def main(smk) -> None:
     sys.stderr = open(smk.log[0], "w", buffering=1)
     params = smk.params
-    items = prompt_items(params.source, params.select, params.split, params.revision)
+    source = smk.input[0] if smk.input else params.dataset  # a local file is the rule's input
+    items = prompt_items(source, params.select, params.split, params.revision)
     with open(smk.output[0], "w", encoding="utf-8") as out:
         for item in items:
             out.write(json.dumps({"prompt_id": item.prompt_id, "prompt": item.prompt}, ensure_ascii=False) + "\n")
-    print(f"{len(items)} prompts from {params.source}", file=sys.stderr)
+    print(f"{len(items)} prompts from {source}", file=sys.stderr)
 
 
 if "snakemake" in globals():  # run by Snakemake's `script:` (tests import the functions)

@@ -1,4 +1,4 @@
-"""`specrej score-prefixes` on one chunk of Best-of-N responses (params.args: workflow/plan.py
+"""`specrej score-prefixes` on one chunk of Best-of-N responses (params.args: workflow/job_options.py
 prefix_args).
 
 Several shard files are pooled per prompt first (`merge_shards(..., all_candidates=True)`:

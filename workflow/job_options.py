@@ -1,0 +1,112 @@
+"""Each job's engine options and resources, from the validated config.
+
+- ``bon_args`` / ``method_args``: the options of ``specrej generate`` for a Best-of-N job and a
+  method_run job (the CLI's own flags and ``--param NAME=VALUE``, checked against
+  ``specrej.cli.main.build_parser`` by the tests); ``prefix_args``: ``specrej score-prefixes``'.
+- ``partial_path``: the file the engine writes while a job runs.
+- ``needs_gpu`` / ``judge_resources``: what a scheduler places a job by (config `resources`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from pathlib import Path
+
+from plan import BLOCK_METHODS, local_judge
+
+SCHEDULE_KEYS = ("batch_size", "min_tokens", "max_init_batch", "decision_tokens")  # the sr block's
+
+
+def join_args(args) -> str:
+    """One shell-quoted string (shlex.split gives the list back)."""
+    return " ".join(shlex.quote(str(a)) for a in args)
+
+
+def common_args(config: dict, pair: dict, method: str, seed_offset: int = 0) -> list:
+    """The options every generation job of `pair` shares: models, method, sampling, device, dtype."""
+    g, r, s = config["generators"][pair["generator"]], config["rewards"][pair["reward"]], config["sampling"]
+    # --prompt-format only when it is not the CLI's default (auto): the jobs of configs that leave
+    # it out keep their options, so their finished runs are not redone
+    prompt_format = ["--prompt-format", g["prompt_format"]] if g["prompt_format"] != "auto" else []
+    return ["--model", g["model"], "--reward", r["model"], "--method", method, *prompt_format,
+            "--max-new-tokens", s["max_new_tokens"], "--temperature", s["temperature"], "--top-p", s["top_p"],
+            "--top-k", s["top_k"], "--seed", s["seed"] + seed_offset, "--device", config["device"],
+            "--dtype", g["dtype"] or config["dtype"], "--reward-batch-size", r["batch_size"], "--no-progress",
+            "--exit-zero"]  # a chunk whose every prompt fails is a result (error records), not a failed job
+
+
+def remote_code_args(config: dict, pair: dict) -> list:
+    g, r = config["generators"][pair["generator"]], config["rewards"][pair["reward"]]
+    return ["--trust-remote-code"] if g["trust_remote_code"] or r["trust_remote_code"] else []
+
+
+def bon_args(config: dict, pair: dict, *, n: int, seed_offset: int = 0) -> str:
+    """`specrej generate` options of one Best-of-N job of `pair` (everything but --prompts/--out),
+    quoted into one string (a job's `params.args`: a changed string reruns the job)."""
+    block = config["bon"]
+    args = common_args(config, pair, BLOCK_METHODS["bon"], seed_offset) + ["--n", n]
+    if block["batch_size"]:
+        args += ["--batch-size", min(block["batch_size"], n)]
+    if block["memory_budget"] or config["memory_budget"]:
+        args += ["--memory-budget", block["memory_budget"] or config["memory_budget"]]
+    return join_args(args + remote_code_args(config, pair))
+
+
+def method_args(config: dict, pair: dict, spec: str, params: dict) -> str:
+    """`specrej generate` options of one method setting's job: the common ones, `--method SPEC`,
+    the sr block's schedule settings the method declares, then its `params` (grid values, the
+    fit file), each as --param NAME=VALUE."""
+    from specrej.methods import get_method
+
+    method = get_method(spec)
+    declared = {p.name for p in method.params}
+    block = config["sr"]
+    values = {key: block[key] for key in SCHEDULE_KEYS if key in declared and block[key] not in (None, [])}
+    values.update(params)
+    args = common_args(config, pair, spec)
+    for key, value in values.items():
+        text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+        args += ["--param", f"{key}={text}"]
+    budget = block["memory_budget"] or config["memory_budget"]
+    if budget:
+        args += ["--memory-budget", budget]
+    return join_args(args + remote_code_args(config, pair))
+
+
+def partial_path(results: str, output: str, args: str) -> str:
+    """Where the engine writes while a job runs (moved onto the output when it finishes): a
+    killed job leaves it behind and the rerun resumes it; its name carries a digest of the
+    settings, so a rerun with other settings never appends to it."""
+    digest = hashlib.sha256(args.encode()).hexdigest()[:12]
+    return f"{results}/.partial/{Path(output).relative_to(results)}.{digest}.jsonl"
+
+
+def prefix_args(config: dict, pair: dict) -> list[str]:
+    """`specrej score-prefixes` options for `pair` (everything but --trajectories/--out)."""
+    g, r = config["generators"][pair["generator"]], config["rewards"][pair["reward"]]
+    taus = ",".join(map(str, sorted(config["correlation"]["decision_tokens"])))
+    args = ["--reward", r["model"], "--decision-tokens", taus,
+            "--device", config["device"], "--dtype", r["dtype"] or config["dtype"],
+            "--reward-batch-size", r["batch_size"], "--no-progress"]
+    if r["model"] != "logprob":
+        args += ["--model", g["model"]]
+    if g["trust_remote_code"] or r["trust_remote_code"]:
+        args += ["--trust-remote-code"]
+    return [str(a) for a in args]
+
+
+def needs_gpu(config: dict, pair: dict, step: str) -> int:
+    """GPUs for a job of `step` ('generate' or 'score_prefixes'): none for the free logprob
+    prefix scores."""
+    if step == "score_prefixes" and config["rewards"][pair["reward"]]["model"] == "logprob":
+        return 0
+    return config["resources"][step]["gpu"]
+
+
+def judge_resources(config: dict) -> dict:
+    """The win-rate job's threads, gpu, mem_mb and runtime: resources.evaluate for a local model
+    judge; for no judge, `longest` or the API judge, an analysis job's, without a GPU."""
+    if local_judge(config):
+        return dict(config["resources"]["evaluate"])
+    return {**config["resources"]["analysis"], "gpu": 0}

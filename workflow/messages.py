@@ -1,0 +1,198 @@
+"""What the workflow says before, after and when it stops, from Snakemake's own records.
+
+- ``study_overview``: before the first job (``onstart``), the study's jobs as Snakemake's DAG
+  holds them, counted and timed by ``job_seconds``.
+- ``failure_message``: when a job failed (``onerror``), each job Snakemake's scheduler recorded
+  as failed, its log's last line, and the command that resumes.
+- ``failed_prompts_message`` / ``out_of_range_messages``: after a run (``onsuccess``).
+
+A job is given as ``(rule name, {wildcard: value})``, which common.smk reads off Snakemake's
+``Job`` objects (``job.rule.name``, ``job.wildcards_dict``).
+"""
+
+from __future__ import annotations
+
+import csv
+import shlex
+from pathlib import Path
+
+from plan import BLOCK_METHODS, Plan, local_judge, pair_labels
+
+GENERATION_RULES = ("bon_shard", "bon_direct", "method_run")
+
+# The 2-core CPU that the default study was timed on (`make study`, config/all-methods.yaml's
+# settings, two jobs at a time: 1631 s for 45 jobs); each job's seconds from its benchmark file.
+MEASURED_CORES = 2
+GENERATION_START_S = 5.9  # a generation job's seconds beyond its decode steps: loading the model
+FALLBACK_STEP_S = 0.139  # per prompt and decode step, for a method that declares no step_seconds (SR's)
+FALLBACK_BON_STEP_S = 0.093  # Best-of-N's per prompt and decode step of BON_MEASURED_ROWS rows
+BON_MEASURED_ROWS = 16  # the rows per prompt that Best-of-N's step_seconds was measured at
+SCORE_PREFIXES_S = 4.2  # one chunk's prefixes under the log-prob reward
+FETCH_MODEL_S = 31.0  # the default model's fetch and conversion, first use
+JUDGE_COMPARISON_S = 0.52  # Table 1's local judge (local:default), per response pair
+ANALYSIS_JOB_S = 0.94  # any other job (merges, statistics, tables, figures)
+SNAKEMAKE_JOB_S = 3.3  # per job, Snakemake's own time and the report
+
+
+def step_seconds(spec: str, fallback: float) -> float:
+    """A method's declared time per prompt and decode step (`Method.step_seconds`), else `fallback`."""
+    from specrej.methods import get_method
+
+    declared = getattr(get_method(spec), "step_seconds", None)
+    return fallback if declared is None else declared
+
+
+def job_seconds(config: dict, plan: Plan, rule: str, wildcards: dict) -> float:
+    """About how long one job takes on the measured 2-core CPU, two jobs at a time."""
+    chunk = plan.all_chunks.get(wildcards.get("chunk"), ())
+    steps = len(chunk) * config["sampling"]["max_new_tokens"]
+    if rule in ("bon_shard", "bon_direct"):
+        rows = config["bon"]["shard_size"] if rule == "bon_shard" else int(wildcards["n"])
+        per_row = step_seconds(BLOCK_METHODS["bon"], FALLBACK_BON_STEP_S) / BON_MEASURED_ROWS
+        return GENERATION_START_S + steps * rows * per_row
+    if rule == "method_run":
+        spec = plan.method_runs[(wildcards["method"], wildcards["setting"])]["spec"]
+        return GENERATION_START_S + steps * step_seconds(spec, FALLBACK_STEP_S)
+    if rule == "win_rates" and local_judge(config):
+        runs = len(config["bon"]["n"]) + len(plan.method_runs)
+        prompts = sum(map(len, plan.chunks.values()))
+        comparisons = len(plan.table1_pairs) * prompts * (runs - 1)  # every run against Bo-N_min
+        return GENERATION_START_S + comparisons * JUDGE_COMPARISON_S
+    return {"score_prefixes": SCORE_PREFIXES_S, "fetch_model": FETCH_MODEL_S, "all": 0.0}.get(rule, ANALYSIS_JOB_S)
+
+
+def jobs_seconds(config: dict, plan: Plan, jobs: list[tuple[str, dict]]) -> float:
+    """About how long `jobs` take on the measured 2-core CPU: their seconds two at a time, plus
+    Snakemake's own time per job."""
+    return (sum(job_seconds(config, plan, rule, wildcards) for rule, wildcards in jobs) / MEASURED_CORES
+            + SNAKEMAKE_JOB_S * len(jobs))
+
+
+def study_overview(config: dict, plan: Plan, study: list[tuple[str, dict]], left: list[tuple[str, dict]]) -> str:
+    """What the study runs and about how long it takes, in three lines; a fourth when `left`
+    (the jobs this run has to do) is fewer than `study` (every job of the DAG)."""
+    generating = sum(rule in GENERATION_RULES for rule, _ in study)
+    pairs = [pair_labels(config, pair)["pair"] for pair in plan.pairs.values()]
+    shown = ", ".join(pairs) if len(pairs) <= 4 else f"{', '.join(pairs[:3])} and {len(pairs) - 3} more"
+    prompts = sum(map(len, plan.chunks.values()))
+    held_out = f" (+ {sum(map(len, plan.calibration_chunks.values()))} held out for adaptive SR's fit)" \
+        if plan.calibration_chunks else ""
+    larger = {generator["model"] for generator in config["generators"].values()} != {"default"}
+    lines = [(f"specrej: the study: {len(study)} jobs ({generating} of them generating), "
+              f"{_count(len(pairs), 'pair')} ({shown}), {prompts} prompts{held_out}, up to "
+              f"{config['sampling']['max_new_tokens']} new tokens per response"),
+             f"specrej:   {'; '.join(_method_summaries(config, plan))}",
+             (f"specrej:   {_duration(jobs_seconds(config, plan, study))} from an empty "
+              f"{config['results_dir']}/ on a 2-core CPU (SmolLM2-135M's per-job times, measured 2026-12-01"
+              f"{'; larger models take longer' if larger else ''}); a GPU is faster")]
+    if len(left) < len(study):
+        lines.append(f"specrej:   this run has {len(left)} of them left, "
+                     f"{_duration(jobs_seconds(config, plan, left))} (finished jobs are kept)")
+    return "\n".join(lines)
+
+
+def _method_summaries(config: dict, plan: Plan) -> list[str]:
+    """Best-of-N's ladder, then each method's settings by their labels."""
+    from specrej.methods import get_method
+
+    shard = config["bon"]["shard_size"]
+    ladder = f"Best-of-N {', '.join(map(str, sorted(config['bon']['n'])))}" + (f" (shards of {shard})" if shard else "")
+    by_method = {}
+    for run in plan.method_runs.values():
+        method = get_method(run["spec"])
+        by_method.setdefault(run["spec"], []).append(method.label(method.check(run["params"])))
+    return [ladder] + [_compact(labels) for labels in by_method.values()]
+
+
+def _compact(labels: list[str]) -> str:
+    """Settings' labels that differ only after their "=" once: ["SR α=0.5", "SR α=0.7"] -> "SR α=0.5, 0.7"."""
+    head = labels[0].rpartition("=")[0] + "="
+    tails = [label.removeprefix(head) for label in labels]
+    if head == "=" or not all(label.startswith(head) for label in labels) or any("=" in t for t in tails):
+        return ", ".join(labels)
+    return head + ", ".join(tails)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def _duration(seconds: float) -> str:
+    """'under a minute', 'about 24 min', 'about 3.5 h' or 'about 4 days'."""
+    minutes = seconds / 60
+    if minutes < 1:
+        return "under a minute"
+    if minutes < 90:
+        return f"about {minutes:.0f} min"
+    hours = minutes / 60
+    return f"about {hours:.1f} h" if hours < 48 else f"about {hours / 24:.0f} days"
+
+
+# --------------------------------------------------------------------------------------
+# after a failed run: what `onerror` prints
+# --------------------------------------------------------------------------------------
+
+
+def last_line(path) -> str | None:
+    """The last non-blank line of a job's log (the engine ends with its one-line error), if any."""
+    try:
+        lines = [line.strip() for line in Path(path).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return None
+    return lines[-1][:300] if lines else None
+
+
+def failure_message(jobs: list[dict], resume: str) -> str:
+    """What a user reads when the workflow stopped: each failed job ({rule, wildcards, logs}),
+    its log and that log's last line, then the one command that resumes (finished jobs are kept)."""
+    if not jobs:
+        return (f"specrej: the workflow stopped before any job failed (see Snakemake's message above). "
+                f"Fix the cause, then resume with: {resume}")
+    lines = [f"specrej: {len(jobs)} job(s) failed; finished jobs are kept:"]
+    for job in jobs:
+        where = f" ({job['wildcards']})" if job["wildcards"] else ""
+        lines.append(f"  {job['rule']}{where}: log {', '.join(job['logs']) or '(none)'}")
+        ending = next((line for line in map(last_line, job["logs"]) if line), None)
+        if ending:
+            lines.append(f"    last line: {ending}")
+    lines.append(f"Fix the cause, then resume with the same command: {resume}")
+    return "\n".join(lines)
+
+
+def resume_command(argv: list[str], environ) -> str:
+    """The command that resumes this run: SPECREJ_RESUME (the Makefile sets `make study`), else
+    Snakemake's own command line."""
+    return environ.get("SPECREJ_RESUME") or shlex.join(["snakemake", *argv[1:]])
+
+
+# --------------------------------------------------------------------------------------
+# after a run: what `onsuccess` prints
+# --------------------------------------------------------------------------------------
+
+
+def _read_csv(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def failed_prompts_message(results: str) -> str | None:
+    """How many prompts failed (they are left out of the tables), or None."""
+    path = Path(results) / "failed_prompts.csv"
+    rows = _read_csv(path) if path.exists() else []
+    if not rows:
+        return None
+    prompts = sorted({row["prompt_id"] for row in rows})
+    return (f"specrej: {len(prompts)} prompt(s) failed in {len(rows)} run(s) and are left out of the tables: "
+            f"{', '.join(prompts)} (see {path})")
+
+
+def out_of_range_messages(results: str) -> list[str]:
+    """One line per method setting whose score lies outside its pair's Best-of-N curve (its
+    BoN-equivalent compute is then not a measurement: extend bon.n or change the operating point)."""
+    path = Path(results) / "metrics" / "bon_equivalent.csv"
+    rows = _read_csv(path) if path.exists() else []
+    where = {"below_range": "below Bo-N_min", "above_range": "above the largest Best-of-N"}
+    return [f"specrej: {row['pair']} {row['method_label']} scores {float(row['improvement']):.1f}, "
+            f"{where.get(row['bon_equivalent_status'], row['bon_equivalent_status'])}: "
+            f"its BoN-equivalent compute is not interpolated (see {path})"
+            for row in rows if row["bon_equivalent_status"] != "interpolated"]
