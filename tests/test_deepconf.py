@@ -164,3 +164,15 @@ def test_the_stops_recomputed_from_transformers_logits(engine):
             stops[str(c.id)] = below[0]
             assert below[0] == c.num_tokens  # nothing generated after the stop
     assert stops and stops == rule["stopped_at"]
+
+
+def test_from_the_command_line(generator_dir, prompts_file, tmp_path):
+    from specrej.cli.main import main
+    from specrej.records.io import read_records
+
+    out = tmp_path / "deepconf.jsonl"
+    assert main(["generate", "--model", str(generator_dir), "--prompts", str(prompts_file), "--out", str(out),
+                 "--max-new-tokens", "8", "--memory-budget", "64MiB", "--no-progress", "--method", "deepconf",
+                 "--n", "8", "--param", "n_init=4", "--param", "window=3", "--param", "eta=0.1"]) == 0
+    records = list(read_records(out))
+    assert records and all(r["method"] == "deepconf" and r["params"]["n_init"] == 4 for r in records)

@@ -157,3 +157,15 @@ def test_on_best_of_n_shards_the_decision_is_the_same(engine):
     from_bon = replay([c.final_score for c in bon.candidates], n_max=16, cost=0.01, min_open=6, reward_scale=10)
     assert from_bon.opened == pandora.rounds[0].rule["measures"]["samples_opened"]
     assert from_bon.best_index == pandora.best.id
+
+
+def test_from_the_command_line(generator_dir, prompts_file, tmp_path):
+    from specrej.cli.main import main
+    from specrej.records.io import read_records
+
+    out = tmp_path / "pandora.jsonl"
+    assert main(["generate", "--model", str(generator_dir), "--prompts", str(prompts_file), "--out", str(out),
+                 "--max-new-tokens", "8", "--memory-budget", "64MiB", "--no-progress", "--method", "pandora",
+                 "--n", "8", "--param", "cost=0.01", "--param", "min_open=5", "--param", "reward_scale=10"]) == 0
+    records = list(read_records(out))
+    assert records and all(r["method"] == "pandora" and r["params"]["cost"] == 0.01 for r in records)
