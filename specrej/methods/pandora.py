@@ -227,7 +227,7 @@ PANDORA = register(Method(
     ),
     run=pandora_best_of_n,
     label=lambda params: f"Pandora N={params['n']} c={params['cost']:g}",
-    display=Display(name="Pandora BoN", color="#e78ac3", marker="P"),
+    display=Display(name="Pandora BoN", color="#6a3d9a", marker="P"),
     batch_param="round_size",
     setting_keys=("n", "cost"),
     step_seconds=0.093,  # Best-of-N's shards, fewer of them
