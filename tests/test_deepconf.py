@@ -84,7 +84,7 @@ SAMPLING = SamplingParams(max_new_tokens=12)
 
 def test_select_reward_with_n_init_n_is_best_of_n(engine):
     reward = load_reward("python:toy_rewards:letter_e")
-    common = dict(memory_budget=BIG, sampling=SAMPLING, seed=7)
+    common = {"memory_budget": BIG, "sampling": SAMPLING, "seed": 7}
     bon = run_one(engine, reward, PROMPT, method="bon", n=8, **common)
     deep = run_one(engine, reward, PROMPT, method="deepconf", n=8, n_init=8, window=4, **common)
     assert [c.token_ids for c in deep.candidates] == [c.token_ids for c in bon.candidates]

@@ -109,6 +109,14 @@ def test_shift_invariance_and_no_floor_at_minus_ten():
     assert base.best_index == 2  # the first of the tied best (2.0 at 2 and 7)
 
 
+def test_minus_infinity_rewards_have_strength_zero():
+    # an empty response's log-prob reward is -inf: strength 0, it never wins; all -inf: no fit, go on
+    rewards = [0.3, -math.inf, 2.0, 0.5, 1.1, -0.4, 0.9, 1.3]
+    with_inf = replay(rewards, n_max=8, cost=0.003, min_open=6)
+    assert with_inf.best_index == 2 and all(math.isfinite(h["tau"]) for h in with_inf.history)
+    assert replay([-math.inf] * 7, n_max=7, cost=0.003, min_open=6).opened == 7
+
+
 def test_reward_scale_divides_the_rewards():
     rewards = [0.3, -1.2, 2.0, 0.5, 1.1, -0.4, 0.9, 1.3, 0.1, 1.7] * 2
     scaled = replay([10 * r for r in rewards], n_max=20, cost=0.003, min_open=6, reward_scale=10)
@@ -148,7 +156,7 @@ def test_the_choice_is_the_rule_replayed_from_the_record(engine):
 
 def test_on_best_of_n_shards_the_decision_is_the_same(engine):
     reward = load_reward("python:toy_rewards:length")
-    common = dict(memory_budget=BIG, sampling=SAMPLING, seed=11)
+    common = {"memory_budget": BIG, "sampling": SAMPLING, "seed": 11}
     bon = run_one(engine, reward, PROMPT, method="bon", n=16, batch_size=4, **common)
     pandora = run_one(engine, reward, PROMPT, method="pandora", n=16, cost=0.01, min_open=6, reward_scale=10,
                       round_size=4, **common)

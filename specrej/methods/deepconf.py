@@ -98,10 +98,10 @@ class TraceConfidences:
         for cid, conf in zip(candidate_ids, confidences):
             trace = self.confidences.setdefault(cid, [])
             trace.append(float(conf))
-            if self.stop_below is not None and len(trace) >= self.window:
-                if sum(trace[-self.window:]) / self.window < self.stop_below:
-                    self.stopped_at[cid] = len(trace)
-                    to_stop.append(cid)
+            if (self.stop_below is not None and len(trace) >= self.window
+                    and sum(trace[-self.window:]) / self.window < self.stop_below):
+                self.stopped_at[cid] = len(trace)
+                to_stop.append(cid)
         return to_stop
 
     def lowest(self, candidate_id: int) -> float:

@@ -142,6 +142,8 @@ class PandoraStopping:
             return False
         rewards = np.asarray(self.rewards, dtype=np.float64) / self.reward_scale
         top = float(rewards.max())
+        if not math.isfinite(top):
+            return False  # every reward -inf (e.g. empty responses): nothing to fit yet
         strengths = np.exp(rewards - top)  # the best is 1; the rule is invariant to the shift
         median, scale = median_and_scale(strengths)
         best_estimate = median + math.log(self.n_max / self.divide) * scale * (1 - confidence_factor(n, self.delta))
