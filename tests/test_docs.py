@@ -176,7 +176,7 @@ def test_readme_is_short_and_starts_with_the_quick_start():
 
 
 def test_readme_keeps_the_section_specrej_doctor_points_to():
-    from specrej.cli.doctor import GPU_README
+    from specrej.cli.doctor_env import GPU_README
 
     section = re.search(r'"([^"]+)"', GPU_README)[1]  # README "Installing on a GPU machine"
     headings = [line.lstrip("#").strip() for line in README.read_text(encoding="utf-8").splitlines()

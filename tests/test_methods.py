@@ -33,7 +33,7 @@ def generate(generator_dir, prompts, out, *extra):
 
 def test_built_in_methods_and_their_labels():
     methods = built_in()
-    assert list(methods) == ["bon", "sr", "sr-adaptive", "sr-random", "st-bon"]
+    assert list(methods) == ["bon", "deepconf", "pandora", "sr", "sr-adaptive", "sr-random", "st-bon"]
     assert methods["bon"].label({"n": 16}) == "Bo16"
     assert methods["sr"].label({"alpha": 0.5}) == "SR α=0.5"
     assert methods["sr-adaptive"].label({"delta": 0.05}) == "SR δ=0.05"
