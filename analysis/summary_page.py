@@ -10,11 +10,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis.adaptive_study import ADAPTIVE, FIXED_ALPHA
 from analysis.headline import PAIR
-from analysis.settings import method_name
 from analysis.tables import MISSING, format_ratio, render_markdown
-
-FIXED_ALPHA, ADAPTIVE = "sr", "sr-adaptive"  # the methods of the adaptive section (paper §6)
 
 
 def render_headline_markdown(
@@ -67,7 +65,7 @@ def render_headline_markdown(
 def _statement(rows: pd.DataFrame, score_name: str) -> str:
     """One method's paragraph: its best setting against Best-of-N."""
     bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
-    name = method_name(rows["method"].iloc[0], rows["method_label"])
+    name = _name(rows.iloc[0])
     bests = rows[rows["best"]]
     if bests.empty:
         return f"No setting of {name} has a finite score on this pair: nothing to compare."
@@ -93,10 +91,12 @@ def _statement(rows: pd.DataFrame, score_name: str) -> str:
                           "outside the measured Best-of-N range, so no speedup at equal score is measured for "
                           f"{'it' if len(higher) == 1 else 'them'} (see the table and notes).")
         return statement
-    return (f"No setting of {name} lands inside the measured Best-of-N curve ({bon_min} = "
-            f"{_score(best['bon_min_improvement'])} to {bon_max} = {_score(best['bon_max_improvement'])}). Its "
-            f"highest-scoring: {score}, {_where(best, bon_min, bon_max)}, so no measured Best-of-N matches it. "
-            f"{_extrapolation(best)}")
+    opening = (f"No setting of {name} lands inside the measured Best-of-N curve ({bon_min} = "
+               f"{_score(best['bon_min_improvement'])} to {bon_max} = {_score(best['bon_max_improvement'])}). Its "
+               f"highest-scoring: {score}, {_where(best, bon_min, bon_max)}")
+    if best["bon_equivalent_status"] == "below_range":
+        return opening + "."
+    return f"{opening}, so no measured Best-of-N matches it. {_extrapolation(best)}"
 
 
 def _flops(row: pd.Series) -> str:
@@ -203,6 +203,7 @@ def _where(row: pd.Series, bon_min: str, bon_max: str) -> str:
 
 
 def _extrapolation(row: pd.Series) -> str:
+    """The Best-of-N extrapolated above the ladder."""
     compute = row["bon_equivalent_compute_extrapolated"]
     if not np.isfinite(compute):
         return "The Best-of-N curve does not rise at that end, so no extrapolation is given."
@@ -218,7 +219,7 @@ def _settings_table(rows: pd.DataFrame) -> str:
     cells = {}
     for _, row in rows.iterrows():
         label = f"**{row['method_label']}** (best)" if row["best"] else row["method_label"]
-        inside = bool(row["in_range"])
+        inside, below = bool(row["in_range"]), row["bon_equivalent_status"] == "below_range"
         extrapolated = "(extrapolated) "
         cells[label] = {
             "score": _with_ci(row, "improvement", _score),
@@ -228,8 +229,8 @@ def _settings_table(rows: pd.DataFrame) -> str:
                 _with_ci(row, "bon_equivalent_compute", format_ratio) if inside
                 else _maybe(extrapolated, row["bon_equivalent_compute_extrapolated"], format_ratio)),
             "≈ Best-of-N": (
-                "Bo" + _with_ci(row, "equivalent_n", _n)
-                if inside else _maybe(extrapolated + "Bo", row["equivalent_n_extrapolated"], _n)),
+                "Bo" + _with_ci(row, "equivalent_n", _n) if inside else f"below {bon_min}" if below
+                else _maybe(extrapolated + "Bo", row["equivalent_n_extrapolated"], _n)),
             "speedup at equal score": (
                 _with_ci(row, "compute_speedup", format_ratio) if inside
                 else _maybe(extrapolated, row["compute_speedup_extrapolated"], format_ratio)),
@@ -246,8 +247,7 @@ def _settings_table(rows: pd.DataFrame) -> str:
 def _token_line(savings: pd.DataFrame) -> str:
     """The tokens one method saved on a pair, beside the oracle bound."""
     first = savings.iloc[0]
-    labels = savings["method_label"] if "method_label" in savings.columns else ()
-    name = method_name(first["method"], labels) if "method" in savings.columns else "SR"
+    name = _name(first)
     token = first["first_decision_token"]
     low, high = first["first_decision_token_min"], first["first_decision_token_max"]
     if not np.isfinite(token):
@@ -293,7 +293,9 @@ def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
                      f"of the scores): {zero.replace(',', ', ')}.")
     for _, row in rows[~rows["in_range"]].iterrows():
         where = _where(row, bon_min, bon_max)
-        extrapolated = (f"its Best-of-N equivalent is extrapolated (marked \"(extrapolated)\"): "
+        extrapolated = ("no Best-of-N is cheaper than the cheapest, so it has no Best-of-N equivalent"
+                        if row["bon_equivalent_status"] == "below_range" else
+                        f"its Best-of-N equivalent is extrapolated (marked \"(extrapolated)\"): "
                         f"≈ {format_ratio(row['bon_equivalent_compute_extrapolated'])}× {bon_min}'s compute"
                         if np.isfinite(row["bon_equivalent_compute_extrapolated"])
                         else "no Best-of-N equivalent, measured or extrapolated")
@@ -336,8 +338,9 @@ def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normaliz
         notes.append(f"Score: improvement under the {normalization!r} normalisation (not the paper's eq. 8).")
     notes.append("Compute: summed shards × wall-clock seconds over the prompts, relative to Bo-N_min (eq. 7). "
                  "BoN-equivalent compute: the Best-of-N compute reaching a setting's score, interpolated linearly "
-                 "in log compute between the measured Best-of-N points; outside them it is extrapolated from the "
-                 "end segment and marked so, never reported as a measurement.")
+                 "in log compute between the measured Best-of-N points; above them it is extrapolated from the "
+                 "last segment and marked so, never reported as a measurement; below Bo-N_min there is no "
+                 "Best-of-N to compare with, and none is given.")
     if "relative_flops" in headline.columns and np.isfinite(headline["relative_flops"].astype(float)).any():
         notes.append("FLOPs: the records' FLOP counts from the models' shapes (every prefill, generated and scored "
                      "token; specrej.flops) summed over the prompts, relative to Bo-N_min's — eq. 7 in FLOPs "
@@ -355,6 +358,12 @@ def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normaliz
 # --------------------------------------------------------------------------------------
 # formatting
 # --------------------------------------------------------------------------------------
+
+
+def _name(row: pd.Series) -> str:
+    """A method's display name: its ``method_name``, else its ``method``."""
+    name = row.get("method_name")
+    return str(name) if isinstance(name, str) and name else str(row["method"])
 
 
 def _score(value: float) -> str:

@@ -20,7 +20,7 @@ import sys
 
 import pandas as pd
 
-from analysis.adaptive_study import against_fixed_alpha
+from analysis.adaptive_study import ADAPTIVE, against_fixed_alpha
 from analysis.headline import headline_table, token_savings
 from analysis.metrics import bootstrap_draws
 from analysis.report_page import FIGURE3_ALT, FIGURE3_CAPTION, embedded_figure_rst, front_page_rst
@@ -48,7 +48,7 @@ def per_pair(paths):
 
 survival, fits = per_pair(inputs.survival), per_pair(inputs.fits)
 adaptive = pd.DataFrame()
-if (summary["method"] == "sr-adaptive").any():
+if (summary["method"] == ADAPTIVE).any():
     draws = bootstrap_draws(runs, by=["pair_key", "pair", "generator", "reward"],
                             normalization=params.improvement_normalization,
                             n_resamples=params.bootstrap_resamples, seed=params.bootstrap_seed)
