@@ -96,7 +96,7 @@ def setting_params(setting: str) -> dict:
 
 def shared_prefix(labels: Iterable[str]) -> str:
     """The words every label has before its last word, when each last word is a "name=value"
-    setting ("ST-BoN " for "ST-BoN N=32" and "ST-BoN N=128"); "" otherwise."""
+    setting ("Top-k " for "Top-k k=2" and "Top-k k=8"); "" otherwise."""
     labels = [str(label) for label in labels]
     if not labels or not all(" " in label and "=" in label.rsplit(" ", 1)[1] for label in labels):
         return ""
@@ -107,7 +107,7 @@ def shared_prefix(labels: Iterable[str]) -> str:
 def point_label(label: str, name: str = "", labels: Iterable[str] = ()) -> str:
     """A configuration's label without what its method's labels share: the method's display
     ``name`` and a space ("α=0.5" for "SR α=0.5" of "SR"), else the ``shared_prefix`` of the
-    method's ``labels`` ("N=32" for "ST-BoN N=32"), else a letter prefix every label has before
+    method's ``labels`` ("k=2" for "Top-k k=2"), else a letter prefix every label has before
     its number ("120" for "Bo120" among "Bo8", "Bo120"); a label without one is kept whole."""
     labels = [str(other) for other in labels] or [label]
     for prefix in (f"{name} " if name else "", shared_prefix(labels), _letter_prefix(labels)):

@@ -38,7 +38,7 @@ def headline_page(
     out-of-range points, the equal-N assumption); then the intervals' confidence level and
     resamples.
 
-    With adaptive SR runs (method "sr-adaptive"), a pair also gets an "Adaptive rejection"
+    With runs of the adaptive study's method (``analysis.adaptive_study.ADAPTIVE``), a pair also gets an "Adaptive rejection"
     section from ``adaptive`` (``analysis.adaptive_study.against_fixed_alpha`` with a ``pair``
     column), ``survival`` (``survival_at_equal_tokens`` with ``pair``) and ``fits``
     (``fits_table`` with ``pair``)."""
@@ -160,8 +160,9 @@ def _adaptive_section(rows: pd.DataFrame, against: pd.DataFrame, survival: pd.Da
     if not fits.empty:
         fit_text = "; ".join(f"τ={int(f['tau'])}: slope {f['slope']:.2f}, σ {f['sigma']:.3f}, 2σ/slope "
                              f"{f['margin_per_z']:.3f}" for _, f in fits.iterrows())
-        blocks.append(_bullets([f"Fit (final on partial reward, within prompts; {int(fits['prompts'].max())} "
-                                f"held-out prompts, not the study's): {fit_text}."]))
+        fit = (f"Fit (final on partial reward, within prompts; {int(fits['prompts'].max())} held-out prompts, "
+               f"not the study's): {fit_text}.")
+        blocks.append(_bullets([fit]))
     return blocks
 
 
