@@ -113,14 +113,17 @@ def worst_score(record: dict) -> float:
 
 def record_setting(record: dict) -> dict:
     """The record's setting, ``params["setting"]``: ``{"method": NAME, "params": {...}, "label":
-    str, "display": {...}}`` (``display`` {} when the record has none: ``analysis.settings``).
+    str, "display": {...}}`` (``display`` from the setting or ``params["display"]``; {} when the
+    record has none: ``analysis.settings``).
     A record merged from shards (``specrej.io.merge_shards``) holds the total N there."""
-    setting = (record.get("params") or {}).get("setting")
+    params = record.get("params") or {}
+    setting = params.get("setting")
     if not isinstance(setting, Mapping) or "method" not in setting:
         raise ValueError(f"record of prompt {record.get('prompt_id')!r} has no params['setting'] with a method; "
                          "it was written before settings were recorded: run it again")
+    display = setting.get("display") or params.get("display") or {}  # the engine may write it beside the setting
     return {"method": setting["method"], "params": dict(setting.get("params") or {}),
-            "label": str(setting.get("label") or setting["method"]), "display": dict(setting.get("display") or {})}
+            "label": str(setting.get("label") or setting["method"]), "display": dict(display)}
 
 
 def record_configuration(record: dict) -> tuple[str, float, str, str]:

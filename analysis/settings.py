@@ -46,7 +46,7 @@ def canonical_setting(params: Mapping) -> str:
 def record_display(setting: Mapping) -> dict:
     """A setting's ``display`` as DISPLAY_COLUMNS (None where the record has no value)."""
     display = setting.get("display") or {}
-    return {column: display.get(key) for column, key in _DISPLAY_KEYS.items()}
+    return {column: display.get(key) if _present(display.get(key)) else None for column, key in _DISPLAY_KEYS.items()}
 
 
 def with_display(frame: pd.DataFrame) -> pd.DataFrame:
@@ -182,7 +182,8 @@ def _shown(value) -> str:
 
 
 def _present(value) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
+    """A display value the record gives: not None, NaN or "" (a method declared without a colour)."""
+    return value is not None and value != "" and not (isinstance(value, float) and math.isnan(value))
 
 
 def _is_nan(value) -> bool:

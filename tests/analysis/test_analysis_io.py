@@ -166,6 +166,12 @@ def test_records_without_display_get_the_fallback_names_colours_markers_and_refe
     assert runs["marker"].tolist() == ["o", "o", "o", "o"]
     assert runs["reference"].tolist() == [False, False, True, False]
     assert record_configuration(bon) == ("bon", 16, '{"n":16}', "Bo16")  # the fallback reference is keyed by N
+    # a display beside the setting, a method declared without a colour: its name, the next free colour
+    beside = {**first, "params": {**first["params"], "display": {"name": "First-k", "color": "", "marker": "^",
+                                                                  "reference": False}}}
+    runs = best_responses_frame([sr, beside])
+    assert runs[["method_name", "color", "marker"]].values.tolist() == [
+        ["SR", "#1f77b4", "o"], ["First-k", FALLBACK_COLORS[1], "^"]]
 
 
 def test_failed_records_name_the_settings_method():
