@@ -9,12 +9,14 @@ TORCH ?= torch==2.13.0
 
 setup: $(VENV)/.installed
 
+# One line of its own; pip --quiet still prints its warnings and errors.
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[test,eval,workflow,docs]"
-	touch $@
+	@echo "setup: $(VENV) with $(TORCH) and this project (extras test, eval, workflow, docs)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install --quiet --upgrade pip
+	@$(BIN)/pip install --quiet "$(TORCH)"
+	@$(BIN)/pip install --quiet -e ".[test,eval,workflow,docs]"
+	@touch $@
 
 test: setup
 	$(BIN)/python -m pytest

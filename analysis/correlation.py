@@ -23,8 +23,9 @@ import statsmodels.api as sm
 from scipy import stats
 
 from analysis._columns import require_columns
-from specrej.methods.cuts import accepted  # the engine's own rule, so the two agree
+from analysis.bootstrap import mean_interval
 from specrej.records.io import PREFIX_COLUMNS  # torch-free: the table's one definition, which specrej writes
+from specrej.methods.cuts import accepted  # the engine's own rule, so the two agree
 
 DEFAULT_ALPHAS = (0.5, 0.7, 0.9)
 # Fewer points than this make a correlation coefficient meaningless (n = 2 is always ±1).
@@ -214,20 +215,19 @@ def summarize_by_tau(
     best_survives_alpha_<a> column (as a rate in [0, 1]).
     Output, one row per (tau, metric): tau, metric, mean, ci_low, ci_high, n_prompts.
     NaN values (degenerate prompts) are dropped first; ``n_prompts`` counts what is left.
-    The percentile method is used because BCa fails on constant samples, which survival
-    indicators often are.
+    Intervals: ``analysis.bootstrap.mean_interval`` (percentile: BCa fails on constant samples,
+    which survival indicators often are), the resamples drawn with ``seed`` for every (tau, metric).
     """
     metrics = ["pearson", "kendall", *(["kendall_b"] if "kendall_b" in statistics.columns else []),
                "tokens_saved_frac"] + [
         column for column in statistics.columns if column.startswith("best_survives_alpha_")
     ]
     require_columns(statistics, ["tau", *metrics], "prompt/tau statistics")
-    rng = np.random.default_rng(seed)
     rows = []
     for tau, group in statistics.groupby("tau", sort=True):
         for metric in metrics:
             values = group[metric].astype(float).dropna().to_numpy()
-            low, high = _bootstrap_mean_ci(values, confidence_level, n_resamples, rng)
+            low, high = mean_interval(values, n_resamples, confidence_level, seed)
             rows.append(
                 {
                     "tau": tau,
@@ -239,22 +239,6 @@ def summarize_by_tau(
                 }
             )
     return pd.DataFrame(rows, columns=["tau", "metric", "mean", "ci_low", "ci_high", "n_prompts"])
-
-
-def _bootstrap_mean_ci(
-    values: np.ndarray, confidence_level: float, n_resamples: int, rng: np.random.Generator
-) -> tuple[float, float]:
-    if len(values) < 2:  # a bootstrap of one observation has no spread to report
-        return math.nan, math.nan
-    result = stats.bootstrap(
-        (values,),
-        np.mean,
-        confidence_level=confidence_level,
-        n_resamples=n_resamples,
-        method="percentile",
-        rng=rng,
-    )
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def _is_informative(partial: np.ndarray, final: np.ndarray) -> bool:

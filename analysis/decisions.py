@@ -1,6 +1,6 @@
 """Each method setting's decisions, summarised over prompts: how many rounds it took, the token
 at which the first decision came, and the numbers the method recorded for each prompt's first
-decision (``rounds[0]["rule"]["measures"]``, e.g. ST-BoN's c, tau and c + tau). No method is
+decision (``rounds[0]["rule"]["measures"]``, e.g. a cut's threshold and the token it came at). No method is
 named here: a method reports what it wants tabulated by putting it in ``measures``."""
 
 import math
@@ -35,8 +35,8 @@ def decision_rows(records: Iterable[dict]) -> pd.DataFrame:
 def decision_table(rows: pd.DataFrame, by: Iterable[str] = ("method_label",)) -> pd.DataFrame:
     """Per group of ``by`` and quantity (rounds, first decision token, each measure): over the
     group's prompts that have it, its median, minimum, maximum and mean (a boolean's mean is the
-    share of prompts where it held), and ``missing``, the prompts without it (e.g. ST-BoN's c
-    when the batch filled the budget before its prefixes were distinct). Indexed by ``by`` and
+    share of prompts where it held), and ``missing``, the prompts without it (e.g. a measure
+    the method could not take on some prompts). Indexed by ``by`` and
     ``quantity``."""
     by = list(by)
     values = ["num_rounds", "first_decision_token", *sorted(c for c in rows.columns if c.startswith("measure:"))]

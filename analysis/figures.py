@@ -13,22 +13,23 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Annotation
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.transforms import Bbox
 
 from analysis._columns import require_columns
 from analysis.correlation import PREFIX_COLUMNS, group_statistics, ols_band
-from analysis.settings import configuration_order, method_name, point_label
+from analysis.settings import configuration_order, point_label, with_display
 
 STYLE = "whitegrid"
-BON_COLOR, SR_COLOR, ADAPTIVE_COLOR, BEST_COLOR = "#fc8d62", "#66c2a5", "#8da0cb", "red"
-RANDOM_COLOR = "#e78ac3"
-# Figure 3's series: a colour and marker per built-in method (names: ``analysis.settings.METHOD_NAMES``);
-# any other method takes the next of OTHER_COLORS / OTHER_MARKERS in order of its name.
-SERIES_STYLES = {"bon": (BON_COLOR, "o"), "sr": (SR_COLOR, "o"), "sr-adaptive": (ADAPTIVE_COLOR, "s"),
-                 "sr-random": (RANDOM_COLOR, "v")}
-OTHER_COLORS = ("#a6d854", "#ffd92f", "#e5c494", "#b3b3b3", "#1b9e77", "#7570b3")
-OTHER_MARKERS = ("^", "D", "P", "X", "<", ">")
+BOX_COLOR, BEST_COLOR = "#66c2a5", "red"
+# Figure 3's point labels: the offsets (points) tried around each point, nearest ring first, and
+# the marker size (points) a label keeps clear of.
+LABEL_RADII = (5.0, 10.0, 16.0, 24.0)
+LABEL_DIRECTIONS = 16
+MARKER_SIZE = 6.0
 PARTIAL_LABEL, FINAL_LABEL = "Partial reward (first τ tokens)", "Final reward"
 COMPUTE_LABEL, IMPROVEMENT_LABEL = "Relative compute", "Improvement score"
 FLOPS_LABEL = "Relative compute (FLOPs)"
@@ -97,10 +98,11 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
     Input: ``analysis.metrics.method_summary`` output, i.e. columns method, method_label,
     relative_compute, improvement (and n, Best-of-N's N), and ``panel_column`` (e.g. ``pair`` =
     generator / reward) if there is more than one panel; without that column everything goes in
-    one panel.  One series per method: Best-of-N's ladder, the reference curve, with its points
-    labelled by N, then every other method in order of its name, named by ``method_name``
-    ("SR", "SR adaptive", "Random SR", else the method's registered name) and its points
-    labelled by their setting (``point_label``: "α=0.5", or a whole label such as "First 2 of 3").
+    one panel.  One series per method, drawn as its display (method_name, color, marker,
+    reference: ``analysis.settings.with_display``): the reference method's ladder first, then
+    every other method in order of its name, each point labelled by its setting without what the
+    method's labels share (``point_label``: "α=0.5", "16", or a whole label such as "First 2 of
+    3").  The labels are placed so that none overlaps another or a point (``place_labels``).
     With the columns improvement_lo/hi and relative_compute_lo/hi every point gets error bars on
     both axes (the bootstrap intervals); with n_prompts_improvement and zero_spread_prompts a
     panel whose improvement leaves out prompts (Bo-N_min's rewards did not spread) names them
@@ -112,8 +114,9 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
     if compute != "wall":  # the curves read relative_compute(_lo/_hi): give them the chosen ratio
         summary = summary.assign(**{f"relative_compute{end}": summary[f"{x_column}{end}"]
                                     for end in ("", "_lo", "_hi") if f"{x_column}{end}" in summary.columns})
+    summary = with_display(summary)
     panels = summary[panel_column].unique() if panel_column in summary.columns else [None]
-    styles = series_styles(summary["method"].unique())
+    styles = series_styles(summary)
     n_columns = min(len(panels), columns)
     n_rows = -(-len(panels) // n_columns)
     with sns.axes_style(STYLE):
@@ -121,13 +124,16 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
         grid = figure.subplots(n_rows, n_columns, squeeze=False).ravel()
     for unused in grid[len(panels):]:  # the last row's empty places
         unused.remove()
+    labelled = []
     for axes, panel in zip(grid[:len(panels)], panels, strict=True):
         points = summary if panel is None else summary[summary[panel_column] == panel]
-        for method, (color, marker) in styles.items():
+        mine = []
+        for method, (name, color, marker) in styles.items():
             series = points[points["method"] == method].sort_values("relative_compute")
-            every = summary.loc[summary["method"] == method, "method_label"]
-            labels = [point_label(method, str(label), every) for label in series["method_label"]]
-            _draw_labelled_curve(axes, series, method_name(method, every), color, labels, marker=marker)
+            every = summary.loc[summary["method"] == method, "method_label"].astype(str)
+            labels = [point_label(str(label), name, every) for label in series["method_label"]]
+            mine += _draw_labelled_curve(axes, series, name, color, labels, marker=marker)
+        labelled.append((axes, mine))
         _use_plain_log_x(axes)
         axes.set_xlabel(x_label)
         axes.set_ylabel(IMPROVEMENT_LABEL)
@@ -137,22 +143,77 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
         note = zero_spread_note(points)
         if note:
             axes.text(0.0, -0.16, note, transform=axes.transAxes, va="top", fontsize="x-small", wrap=True)
+    FigureCanvasAgg(figure).draw()  # fixes the layout: the labels stay out of it, so it holds when saved
+    for axes, points in labelled:
+        place_labels(axes, points)
     return figure
 
 
-def series_styles(methods) -> dict[str, tuple[str, str]]:
-    """{method: (colour, marker)} in Figure 3's order: Best-of-N first, then by method name
-    (``analysis.settings.configuration_order``); built-ins keep ``SERIES_STYLES``, others take
-    ``OTHER_COLORS`` / ``OTHER_MARKERS`` in turn."""
-    ordered = sorted(dict.fromkeys(map(str, methods)), key=lambda m: configuration_order(m, 0, "", "")[:2])
-    styles, others = {}, 0
-    for method in ordered:
-        if method in SERIES_STYLES:
-            styles[method] = SERIES_STYLES[method]
-        else:
-            styles[method] = (OTHER_COLORS[others % len(OTHER_COLORS)], OTHER_MARKERS[others % len(OTHER_MARKERS)])
-            others += 1
-    return styles
+def series_styles(summary: pd.DataFrame) -> dict[str, tuple[str, str, str]]:
+    """{method: (display name, colour, marker)} in Figure 3's order: the reference method first,
+    then by method name (``analysis.settings.configuration_order``)."""
+    summary = with_display(summary)
+    first = summary.drop_duplicates("method")
+    ordered = sorted(first.itertuples(index=False), key=lambda row: configuration_order(
+        bool(row.reference), str(row.method), 0, "", "")[:2])
+    return {row.method: (str(row.method_name), str(row.color), str(row.marker)) for row in ordered}
+
+
+def place_labels(axes: Axes, points: Sequence[tuple[float, float, str, str]],
+                 fontsize: str = "x-small") -> list[Annotation]:
+    """Label each (x, y, text, colour) point of ``axes`` where its rendered text overlaps no label placed
+    before it and no point: the offsets of ``LABEL_RADII`` × ``LABEL_DIRECTIONS`` directions
+    (nearest ring first, starting to the right and going anticlockwise) are tried in turn, each
+    measured with the figure's renderer, and the first that is clear and inside the axes wins;
+    when none is, the one overlapping least.  Deterministic: the points are labelled in the
+    order given.  Call it after the figure's layout is fixed (the offsets are in points, so they
+    keep their shape when the figure is saved at another resolution)."""
+    figure = axes.get_figure(root=True)
+    renderer = figure.canvas.get_renderer()
+    scale = figure.dpi / 72.0
+    radius = MARKER_SIZE / 2.0 * scale + 1.0
+    centres = [axes.transData.transform((x, y)) for x, y, _, _ in points]
+    markers = [Bbox.from_extents(cx - radius, cy - radius, cx + radius, cy + radius) for cx, cy in centres]
+    frame = axes.get_window_extent(renderer)
+    offsets = [(r * np.cos(a), r * np.sin(a)) for r in LABEL_RADII
+               for a in np.linspace(0.0, 2.0 * np.pi, LABEL_DIRECTIONS, endpoint=False)]
+    placed, annotations = [], []
+    for x, y, text, color in points:
+        annotation = axes.annotate(text, (x, y), textcoords="offset points", fontsize=fontsize, xytext=(0, 0),
+                                   color=color)
+        annotation.set_in_layout(False)
+        best, best_cost = None, np.inf
+        for dx, dy in offsets:
+            _aim(annotation, dx, dy)
+            box = annotation.get_window_extent(renderer)
+            cost = sum(_overlap(box, other) for other in placed + markers)
+            cost += 0.0 if _inside(box, frame) else box.width * box.height
+            if cost < best_cost:
+                best, best_cost = (dx, dy), cost
+            if cost == 0.0:
+                break
+        _aim(annotation, *best)
+        placed.append(annotation.get_window_extent(renderer))
+        annotations.append(annotation)
+    return annotations
+
+
+def _aim(annotation: Annotation, dx: float, dy: float) -> None:
+    """Offset ``annotation`` by (dx, dy) points, its text on the far side of the offset."""
+    annotation.xyann = (dx, dy)
+    tolerance = 1e-9
+    annotation.set_horizontalalignment("left" if dx > tolerance else "right" if dx < -tolerance else "center")
+    annotation.set_verticalalignment("bottom" if dy > tolerance else "top" if dy < -tolerance else "center")
+
+
+def _overlap(a: Bbox, b: Bbox) -> float:
+    width = min(a.x1, b.x1) - max(a.x0, b.x0)
+    height = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return width * height if width > 0 and height > 0 else 0.0
+
+
+def _inside(box: Bbox, frame: Bbox) -> bool:
+    return box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0 and box.y1 <= frame.y1
 
 
 def zero_spread_note(summary: pd.DataFrame, max_named: int = MAX_NAMED_PROMPTS) -> str:
@@ -217,7 +278,7 @@ def _draw_boxes_with_points(axes: Axes, values: pd.DataFrame, metric: str) -> No
         widths=0.6,
         showfliers=False,  # every prompt is drawn as a point anyway
         patch_artist=True,
-        boxprops={"facecolor": SR_COLOR, "alpha": 0.6},
+        boxprops={"facecolor": BOX_COLOR, "alpha": 0.6},
         medianprops={"color": "0.1"},
         manage_ticks=False,
     )
@@ -257,11 +318,13 @@ def _draw_ols_band(axes: Axes, partial: np.ndarray, final: np.ndarray, confidenc
 
 
 def _draw_labelled_curve(axes: Axes, points: pd.DataFrame, name: str, color: str, labels: list[str],
-                         marker: str = "o") -> None:
+                         marker: str = "o") -> list[tuple[float, float, str, str]]:
+    """Draw one series; returns its finite points with their labels, for ``place_labels``."""
     if points.empty:
-        return
-    x, y = points["relative_compute"].to_numpy(), points["improvement"].to_numpy()
+        return []
+    x, y = points["relative_compute"].to_numpy(dtype=float), points["improvement"].to_numpy(dtype=float)
     axes.errorbar(x, y, xerr=_error_bar(points, "relative_compute"), yerr=_error_bar(points, "improvement"),
-                  marker=marker, linestyle="--", color=color, label=name, capsize=2, elinewidth=0.8)
-    for label, xy in zip(labels, zip(x, y, strict=True), strict=True):
-        axes.annotate(label, xy, textcoords="offset points", xytext=(4, -10), fontsize="x-small")
+                  marker=marker, markersize=MARKER_SIZE, linestyle="--", color=color, label=name, capsize=2,
+                  elinewidth=0.8)
+    return [(float(a), float(b), label, color) for a, b, label in zip(x, y, labels, strict=True)
+            if np.isfinite(a) and a > 0 and np.isfinite(b)]

@@ -16,9 +16,9 @@ Inputs are the workflow's analysis tables:
 
 Pairs are matched on the ``pair`` display label ("<generator> / <reward>"), the one key all
 four tables carry; configurations on ``method_label`` (distinct within a pair).  Methods are
-compared only with Best-of-N, never with each other here: each method's best setting is chosen
-among its own settings (adaptive SR, method "sr-adaptive", is a method of its own, so it is
-never "the best α").  ``headline_table`` and ``token_savings`` return plain frames (written to
+compared only with the reference (Best-of-N, ``reference`` in the display columns), never with
+each other here: each method's best setting is chosen among its own settings (a method with the
+adaptive cut is a method of its own, so it is never "the best α").  ``headline_table`` and ``token_savings`` return plain frames (written to
 ``results/metrics/headline.csv``); ``analysis.summary_page.render_headline_markdown`` turns
 them into the page.
 """
@@ -29,14 +29,9 @@ import numpy as np
 import pandas as pd
 
 from analysis._columns import require_columns
-from analysis.metrics import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_RESAMPLES,
-    bootstrap_weights,
-    interpolate_log_compute,
-    percentile_interval,
-)
-from analysis.settings import BON, configuration_order, distinct_labels
+from analysis.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, bootstrap_weights, percentile_interval
+from analysis.metrics import interpolate_log_compute
+from analysis.settings import configuration_order, distinct_labels, with_display
 from analysis.tables import format_ratio
 
 PAIR = "pair"
@@ -67,11 +62,12 @@ def headline_table(summary: pd.DataFrame, bon_equivalent: pd.DataFrame) -> pd.Da
     ``"interpolated"`` (inside the measured Best-of-N curve); when none is inside, the one with
     the highest improvement, with ``in_range`` False.  Ties go to the first setting in the
     summary's order (``analysis.settings.configuration_order``: the smaller α for SR).  Every
-    method gets its own best: adaptive SR ("sr-adaptive") is never SR's best α.
+    method gets its own best.
 
     Equivalent N.  Relative compute 1 is Bo-N_min's compute, so ``equivalent_n`` =
     ``bon_equivalent_compute`` × N_min (and likewise its interval and the extrapolated value)
-    is the Best-of-N whose compute the point matches, *assuming Best-of-N's compute is
+    is the Best-of-N whose compute the point matches (above the ladder extrapolated from its end
+    segment; below Bo-N_min none, NaN: no Best-of-N is cheaper), *assuming Best-of-N's compute is
     proportional to N*: the workflow makes Bo-N above one shard from N / shard_size equal
     shards, and counts shards × time.  Below one shard (a single batched run) the assumption
     is looser; ``bon_ladder`` lists each Bo-N's measured relative compute beside N / N_min so
@@ -79,7 +75,7 @@ def headline_table(summary: pd.DataFrame, bon_equivalent: pd.DataFrame) -> pd.Da
     (N, improvement) curve directly (log-linear in N, no compute assumption).
 
     Output columns: the pair labels present (pair_key, pair, generator, reward), method,
-    setting, method_label, n (the summary's n: SR's b_init), best, selection, in_range,
+    setting, method_label, n (the summary's n: SR's b_init), method_name (its display name), best, selection, in_range,
     improvement(_lo/_hi), relative_compute(_lo/_hi), relative_flops(_lo/_hi) (NaN without FLOP
     counts), bon_equivalent_status, bon_equivalent_compute(_lo/_hi),
     bon_equivalent_compute_extrapolated, equivalent_n(_lo/_hi), equivalent_n_extrapolated,
@@ -93,11 +89,13 @@ def headline_table(summary: pd.DataFrame, bon_equivalent: pd.DataFrame) -> pd.Da
     require_columns(summary, SUMMARY_COLUMNS, "method summary")
     require_columns(bon_equivalent, BON_EQUIVALENT_COLUMNS, "BoN-equivalent table")
     parts = []
-    for pair, points in bon_equivalent[bon_equivalent["method"] != BON].groupby(PAIR, sort=False):
-        bon = summary[(summary[PAIR] == pair) & (summary["method"] == BON)].sort_values("n")
+    summary, bon_equivalent = with_display(summary), with_display(bon_equivalent)
+    for pair, points in bon_equivalent[~bon_equivalent["reference"]].groupby(PAIR, sort=False):
+        bon = summary[(summary[PAIR] == pair) & summary["reference"]].sort_values("n")
         if bon.empty:
             raise ValueError(f"method summary has no Best-of-N rows for pair {pair!r}")
-        order = sorted(dict.fromkeys(points["method"]), key=lambda method: configuration_order(method, 0, "", ""))
+        order = sorted(dict.fromkeys(points["method"]),
+                       key=lambda method: configuration_order(False, method, 0, "", ""))
         for method in order:
             parts.append(_method_headline(points[points["method"] == method].reset_index(drop=True), bon))
     if not parts:
@@ -135,7 +133,7 @@ def token_savings(
     stands in with ``oracle_tau_exact`` False; a pair without a correlation study, or a method
     without decision tokens, gets NaN.
 
-    Output columns: pair, method, setting, method_label (one row per non-BoN configuration, in
+    Output columns: pair, method, setting, method_label, method_name (one row per non-BoN configuration, in
     the summary's order; labels made distinct as there), init_batch_size (b_init), min_tokens,
     first_decision_token, first_decision_token_min, first_decision_token_max,
     decision_token_source ("rounds" | "min_tokens" | "unknown"), reference_bon_n, n_prompts,
@@ -147,9 +145,10 @@ def token_savings(
     require_columns(runs, TOKEN_RUN_COLUMNS, "runs")
     if correlation is not None:
         require_columns(correlation, CORRELATION_COLUMNS, "correlation summary")
+    runs = with_display(runs)
     parts = []
     for pair, rows in runs.groupby(PAIR, sort=False):
-        if (rows["method"] != BON).any():
+        if (~rows["reference"]).any():
             part = _pair_token_savings(rows, n_resamples, confidence_level, seed)
             part.insert(0, PAIR, pair)
             parts.append(_with_oracle(part, correlation))
@@ -167,7 +166,7 @@ def _method_headline(points: pd.DataFrame, bon: pd.DataFrame) -> pd.DataFrame:
     """The rows of one method on one pair, its best setting marked."""
     n_min, n_max = int(bon["n"].iloc[0]), int(bon["n"].iloc[-1])
     out = pd.DataFrame({column: points[column] for column in LABEL_COLUMNS if column in points.columns})
-    for column in ("method", "setting", "method_label", "n"):
+    for column in ("method", "setting", "method_label", "n", "method_name"):
         out[column] = points[column]
     status = points["bon_equivalent_status"].astype(str)
     out["in_range"] = status == "interpolated"
@@ -192,6 +191,11 @@ def _method_headline(points: pd.DataFrame, bon: pd.DataFrame) -> pd.DataFrame:
     out["compute_speedup_extrapolated"] = (points["compute_speedup_extrapolated"].astype(float)
                                            if "compute_speedup_extrapolated" in points.columns
                                            else out["bon_equivalent_compute_extrapolated"] / out["relative_compute"])
+    # Below Bo-N_min there is no Best-of-N to compare with (Best-of-N below the ladder is not a
+    # smaller N): no extrapolated equivalent there; above the ladder the extrapolation stays, marked.
+    below = (status == "below_range").to_numpy()
+    for column in ("bon_equivalent_compute_extrapolated", "equivalent_n_extrapolated", "compute_speedup_extrapolated"):
+        out.loc[below, column] = math.nan
     out["bon_equivalent_in_range_frac"] = points["bon_equivalent_in_range_frac"].astype(float)
     for column in ("compute_speedup_lo_is_bound", "compute_speedup_hi_is_bound"):
         out[column] = points[column].astype(bool) if column in points.columns else False
@@ -230,14 +234,14 @@ def _locate_n(bon: pd.DataFrame, target: float) -> float:
 
 
 def _pair_token_savings(runs: pd.DataFrame, n_resamples: int, confidence_level: float, seed: int) -> pd.DataFrame:
-    bon = runs[(runs["method"] == BON) & (runs["num_candidates"] > 0)]
+    bon = runs[runs["reference"] & (runs["num_candidates"] > 0)]
     reference = bon.sort_values(["num_candidates", "n"]).drop_duplicates("prompt_id", keep="last")
     length = (reference["tokens_generated"].astype(float) / reference["num_candidates"].astype(float))
     length = length.set_axis(reference["prompt_id"])
-    others = runs[runs["method"] != BON].copy()
-    configs = others.drop_duplicates(["method", "setting"])[["method", "setting", "method_label", "n"]]
+    others = runs[~runs["reference"]].copy()
+    configs = others.drop_duplicates(["method", "setting"])[["method", "setting", "method_label", "n", "method_name"]]
     configs = configs.iloc[sorted(range(len(configs)), key=lambda i: configuration_order(
-        *configs.iloc[i][["method", "n", "method_label", "setting"]]))]
+        False, *configs.iloc[i][["method", "n", "method_label", "setting"]]))]
     labels = dict(zip(zip(configs["method"], configs["setting"]),
                       distinct_labels(list(configs[["method", "setting", "method_label"]]
                                            .itertuples(index=False, name=None))), strict=True))
@@ -265,6 +269,7 @@ def _pair_token_savings(runs: pd.DataFrame, n_resamples: int, confidence_level: 
             token, low, high, source = _first_decision(setting)
             rows.append({
                 "method": method, "setting": setting["setting"].iloc[0], "method_label": label,
+                "method_name": setting["method_name"].iloc[0],
                 "init_batch_size": _single(setting["b_init"]),
                 "min_tokens": _single(setting["min_tokens"]) if "min_tokens" in setting.columns else math.nan,
                 "first_decision_token": token, "first_decision_token_min": low, "first_decision_token_max": high,

@@ -2,23 +2,23 @@
 
 A trajectory record is one JSON object per line, one per prompt:
 
-    prompt_id, prompt, method ("bon" | "sr" for Best-of-N, SR and adaptive SR; else the method's name),
-    params {model, reward, seed, setting {method, params, label} (``record_setting``), ...;
-            BoN: n (merged from shards: the total), shards; SR: alpha, init_batch_size, ...},
+    prompt_id, prompt, method,
+    params {model, reward, seed, setting {method, params, label}, display (``record_setting``), ...;
+            n and shards for a record merged from shards, init_batch_size, min_tokens},
     best {candidate_id, text, score, num_tokens} (null when no response completed),
-    worst {candidate_id, score} (lowest final score among complete candidates; newer records),
+    worst {candidate_id, score} (lowest final score among complete candidates),
     candidates [{id, text, token_ids, token_logprobs, num_tokens, finished, final_score,
                  halted_round, round_scores, ...}],
     rounds [{decision_token, batch_before, batch_after, cutoff, ...}],
     timing {total_s, generate_s, score_s}, tokens {generated, scored}, peak_kv_bytes,
-    flops {prefill, generate, reward, total} (newer records),
+    flops {prefill, generate, reward, total},
 
 or, for a prompt that failed, prompt_id, prompt, method, params and an ``error`` string.
 Only the fields used below are required; ``specrej.records.io`` owns the full schema.
 """
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -26,14 +26,14 @@ import pandas as pd
 from analysis._columns import require_columns
 from analysis.correlation import PREFIX_COLUMNS
 from analysis.metrics import perplexity
-from analysis.settings import BON, canonical_setting
+from analysis.settings import DISPLAY_COLUMNS, REFERENCE_FALLBACK, canonical_setting, record_display, with_display
 from specrej.records.io import read_records  # torch-free
 
 RUNS_COLUMNS = [
     "prompt_id", "method", "setting", "method_label", "n", "batch_size", "seed", "generator", "reward", "pair",
     "shards", "score", "worst_score", "num_tokens", "time_s", "generate_s", "score_s", "tokens_generated",
     "tokens_scored", "peak_kv_bytes", "flops", "num_rounds", "perplexity", "num_candidates", "init_batch_size",
-    "min_tokens", "first_decision_token",
+    "min_tokens", "first_decision_token", *DISPLAY_COLUMNS,
 ]
 
 
@@ -58,8 +58,7 @@ def best_responses_frame(records: Iterable[dict]) -> pd.DataFrame:
     ``params["init_batch_size"]``, else NaN), batch_size, seed, generator (``params["model"]``),
     reward, pair ("<generator> / <reward>"), shards (``params["shards"]``, default 1: the engine
     runs BoN batches one after another, so ``time_s`` already sums them), score, worst_score
-    (the lowest final score among the record's complete candidates: ``worst["score"]``, or for
-    older records without ``worst`` the minimum over candidates with a final score; eq. 8
+    (the lowest final score among the record's complete candidates, ``worst_score``; eq. 8
     normalises by Bo-N_min's score − worst_score), num_tokens (of the best response), time_s,
     generate_s, score_s, tokens_generated, tokens_scored, peak_kv_bytes, flops (the record's
     total FLOPs, ``record_flops``; NaN when not counted), num_rounds, perplexity (of the best
@@ -68,13 +67,14 @@ def best_responses_frame(records: Iterable[dict]) -> pd.DataFrame:
     candidate, else the number of candidates; BoN runs each to completion, so
     tokens_generated / num_candidates is its mean response length in sampled tokens),
     init_batch_size, min_tokens (``params``, NaN when not recorded) and first_decision_token
-    (``rounds[0]["decision_token"]``: where the first rejection came; NaN without rounds).
+    (``rounds[0]["decision_token"]``: where the first rejection came; NaN without rounds), then
+    the configuration's display, DISPLAY_COLUMNS (``analysis.settings.with_display``).
     No column names a method's parameters: a method's study reads them from ``setting``
     (``analysis.settings.setting_params``).
     Records that failed or have no best response are left out; ``failed_prompts`` lists them.
     """
     rows = [_best_response_row(record) for record in records if _answered(record)]
-    return pd.DataFrame(rows, columns=RUNS_COLUMNS)
+    return with_display(pd.DataFrame(rows, columns=RUNS_COLUMNS))
 
 
 def failed_prompts(records: Iterable[dict]) -> pd.DataFrame:
@@ -104,68 +104,45 @@ def best_candidate(record: dict) -> dict | None:
 
 
 def worst_score(record: dict) -> float:
-    """Lowest final score among the record's complete candidates; NaN when there is none.
-
-    ``record["worst"]["score"]`` when the engine wrote it — a record merged from BoN shards
-    (``specrej.records.io.merge_shards``) keeps only the chosen candidate but the minimum over all
-    shards there — else computed from the candidates of older records.
-    """
+    """Lowest final score among the record's complete candidates (``record["worst"]["score"]``:
+    a record merged from shards keeps only the chosen candidate but the minimum over every
+    shard there); NaN when there is none."""
     recorded = (record.get("worst") or {}).get("score")
-    if recorded is not None:
-        return float(recorded)
-    scores = [c["final_score"] for c in record.get("candidates", []) if c.get("final_score") is not None]
-    return float(min(scores)) if scores else math.nan
+    return float(recorded) if recorded is not None else math.nan
 
 
 def record_setting(record: dict) -> dict:
-    """The record's setting, ``{"method": NAME, "params": {...}, "label": str}``.
-
-    Records written since methods became plug-ins carry it as ``params["setting"]`` (the
-    method's resolved parameters and its label).  Older records do not; theirs is derived:
-    Best-of-N ``{"n": n}`` "Bo<n>", SR with the adaptive rule (``params["rejection"]["rule"]``)
-    method "sr-adaptive" ``{"delta": d}`` "SR δ=<d>", any other SR "sr" ``{"alpha": a}`` "SR α=<a>".
-
-    Best-of-N is always ``{"n": <total N>}`` labelled "Bo<total N>", with the total taken from
-    ``params["n"]``: a record merged from shards (``specrej.records.io.merge_shards``) holds the total
-    there, while its setting may be the first shard's; shard files and merged files then agree.
-    """
+    """The record's setting, ``params["setting"]``: ``{"method": NAME, "params": {...}, "label":
+    str, "display": {...}}`` with the method's ``params["display"]`` ({} when the record has none:
+    ``analysis.settings``).
+    A record merged from shards (``specrej.records.io.merge_shards``) holds the total N there."""
     params = record.get("params") or {}
     setting = params.get("setting")
-    method = setting["method"] if setting else record.get("method")
-    if method == BON:
-        n = params.get("n", (setting or {}).get("params", {}).get("n"))
-        return {"method": BON, "params": {"n": n}, "label": f"Bo{int(n)}" if n is not None else "Bo?"}
-    if setting:
-        return {"method": method, "params": dict(setting.get("params") or {}),
-                "label": str(setting.get("label") or method)}
-    rejection = params.get("rejection") or {}
-    if method == "sr" and rejection.get("rule") == "adaptive":
-        delta = float(rejection["delta"])
-        return {"method": "sr-adaptive", "params": {"delta": delta}, "label": f"SR δ={delta:g}"}
-    if method == "sr":
-        alpha = params.get("alpha", math.nan)
-        return {"method": "sr", "params": {"alpha": alpha}, "label": f"SR α={alpha:g}"}
-    raise ValueError(f"record of prompt {record.get('prompt_id')!r} has no params['setting'] and an unknown "
-                     f"method {method!r}: only 'bon' and 'sr' records predate settings")
+    if not isinstance(setting, Mapping) or "method" not in setting:
+        raise ValueError(f"record of prompt {record.get('prompt_id')!r} has no params['setting'] with a method; "
+                         "it was written before settings were recorded: run it again")
+    display = params.get("display") or {}
+    return {"method": setting["method"], "params": dict(setting.get("params") or {}),
+            "label": str(setting.get("label") or setting["method"]), "display": dict(display)}
 
 
 def record_configuration(record: dict) -> tuple[str, float, str, str]:
     """(method, n, setting, label) of a record: the configuration key of ``analysis.metrics``.
 
-    method is the setting's method name ("bon", "sr", "sr-adaptive", "sr-random", or a method
-    from outside the project; ``record_setting``), setting its parameters as canonical JSON text
-    (``analysis.settings.canonical_setting``: ``{"n":<total N>}`` for Best-of-N), label its
-    display name ("Bo120", "SR α=0.5").  n is Best-of-N's total N (the reference curve's
-    x); for any other method the initial batch it recorded (``params["init_batch_size"]``, SR's
-    b_init), else NaN — the analysis reads n only for Best-of-N.
+    method is the setting's method name (``record_setting``), setting its parameters as canonical
+    JSON text (``analysis.settings.canonical_setting``), label its display name ("Bo120", "SR
+    α=0.5").  n is the reference method's N (the reference curve's x; the total of a record
+    merged from shards), whose setting is ``{"n": N}``; for any other method the initial batch it recorded
+    (``params["init_batch_size"]``, SR's b_init), else NaN — the analysis reads n only for the
+    reference.
     """
     setting = record_setting(record)
     params = record.get("params") or {}
-    if setting["method"] == BON:
-        n = setting["params"]["n"]
-    else:
-        n = params.get("init_batch_size", math.nan)
-    return setting["method"], n, canonical_setting(setting["params"]), setting["label"]
+    if is_reference(setting):  # keyed by N alone: its batch size changes only how it is run
+        n = params.get("n", setting["params"].get("n", math.nan))
+        return setting["method"], n, canonical_setting({"n": n}), setting["label"]
+    return setting["method"], params.get("init_batch_size", math.nan), canonical_setting(setting["params"]), \
+        setting["label"]
 
 
 def record_flops(record: dict) -> float:
@@ -176,11 +153,15 @@ def record_flops(record: dict) -> float:
     return float(total) if total is not None else math.nan
 
 
+def is_reference(setting: dict) -> bool:
+    """Whether a ``record_setting`` is of the reference method (its display, else the fallback)."""
+    reference = record_display(setting)["reference"]
+    return bool(reference) if reference is not None else setting["method"] == REFERENCE_FALLBACK
+
+
 def _method_of(record: dict) -> str | None:
-    try:
-        return record_setting(record)["method"]
-    except (ValueError, KeyError, TypeError):  # an error record without enough params
-        return record.get("method")
+    setting = (record.get("params") or {}).get("setting")  # an error record may lack it
+    return setting.get("method") if isinstance(setting, Mapping) else record.get("method")
 
 
 def _answered(record: dict) -> bool:
@@ -222,4 +203,5 @@ def _best_response_row(record: dict) -> dict:
         "init_batch_size": params.get("init_batch_size", math.nan),
         "min_tokens": params.get("min_tokens", math.nan),
         "first_decision_token": rounds[0].get("decision_token", math.nan) if rounds else math.nan,
+        **record_display(record_setting(record)),
     }

@@ -5,13 +5,13 @@ prompt-level paired bootstrap confidence interval.
 Most functions take a *runs* frame (``analysis.io.best_responses_frame``), one row per
 (configuration, prompt):
 
-    method       the setting's method: "bon" (Best-of-N, the reference), "sr", "sr-adaptive",
-                 "sr-random" or any method from outside the project
+    method       the setting's method (any method: the reference, Best-of-N, is told by
+                 ``reference``)
     setting      the setting's parameters as canonical JSON text (``analysis.settings``);
                  ``{"n":N}`` for Best-of-N
     method_label the configuration's display name ("Bo120", "SR α=0.5", "First 2 of 3")
-    n            Best-of-N's N (read for Best-of-N only: the ladder's order, Bo-N_min and the
-                 largest BoN); anything, NaN included, for the other methods
+    n            the reference's N (read for the reference only: the ladder's order, Bo-N_min
+                 and the largest BoN); anything, NaN included, for the other methods
     prompt_id    the prompt
     score        reward of the response the method returned for this prompt
     worst_score  lowest final reward among the configuration's complete candidates for this
@@ -25,7 +25,8 @@ Most functions take a *runs* frame (``analysis.io.best_responses_frame``), one r
                  holds the sum over its shards); NaN or absent when not counted
     perplexity   optional: perplexity of the returned response (see ``perplexity``)
 
-plus any grouping columns named in ``by`` (e.g. ``pair`` or ``generator``).  A configuration
+optionally the display columns (method_name, color, marker, reference; filled by
+``analysis.settings.with_display`` where absent), plus any grouping columns named in ``by`` (e.g. ``pair`` or ``generator``).  A configuration
 is a distinct (method, setting) (``CONFIG_COLUMNS``): nothing here reads a method's parameters,
 so every method is summarised, and located on the Best-of-N curve, alike.  Bo-N_min is the BoN
 configuration with the smallest N in its group and "the largest BoN" the one with the largest
@@ -33,10 +34,10 @@ N.  Only prompts that every configuration of a group answered enter that group's
 failed prompts cannot make a method look cheaper or better.  Two configurations of a group that
 share a label are told apart by ``analysis.settings.distinct_labels``.
 
-Confidence intervals come from one prompt-level bootstrap per group: the prompts are
-resampled with replacement and *the same* resamples serve every configuration of the group,
-so differences and ratios between configurations (relative compute, speedup, the position
-of a method on the BoN curve) are paired.  Intervals are percentile intervals.
+Confidence intervals come from one prompt-level bootstrap per group (``analysis.bootstrap``):
+*the same* resamples serve every configuration of the group, so differences and ratios between
+configurations (relative compute, speedup, the position of a method on the BoN curve) are
+paired.  Intervals are percentile intervals.
 """
 
 import math
@@ -47,15 +48,15 @@ import numpy as np
 import pandas as pd
 
 from analysis._columns import require_columns
-from analysis.settings import BON, configuration_order, distinct_labels
+from analysis.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, bootstrap_weights, percentile_interval
+from analysis.settings import DISPLAY_COLUMNS, configuration_order, distinct_labels, reference_rows, with_display
 
 RUN_COLUMNS = ("method", "setting", "method_label", "n", "prompt_id", "score", "time_s")
 CONFIG_COLUMNS = ["method", "setting"]
 # The columns that describe a configuration in ``method_summary`` / ``bootstrap_draws`` output.
-CONFIGURATION_COLUMNS = ["method", "setting", "method_label", "n"]
+CONFIGURATION_COLUMNS = ["method", "setting", "method_label", "n", *DISPLAY_COLUMNS]
 Normalization = Literal["bon_min_range", "bon_range"]
 NORMALIZATIONS = ("bon_min_range", "bon_range")
-DEFAULT_RESAMPLES, DEFAULT_CONFIDENCE = 1000, 0.95
 # Statistics that get a bootstrap interval in ``method_summary`` (perplexity when present).
 INTERVAL_STATISTICS = ("improvement", "relative_compute", "speedup_vs_largest_bon", "relative_flops",
                        "flops_speedup_vs_largest_bon", "perplexity")
@@ -96,32 +97,6 @@ def zero_spread_prompts(runs: pd.DataFrame, normalization: Normalization = "bon_
     return sorted(spread.index[~(spread > 0) | ~np.isfinite(spread)], key=str)
 
 
-def bootstrap_weights(n_prompts: int, n_resamples: int, seed: int = 0) -> np.ndarray:
-    """(n_resamples, n_prompts) counts: how often each prompt appears in each resample.
-
-    Equivalent to drawing prompt indices with replacement; as counts, every statistic of a
-    resample becomes a weighted sum (a matrix product) over the original prompts.  The same
-    matrix is used for every configuration of a group, which makes the bootstrap paired.
-    """
-    rng = np.random.default_rng(seed)
-    return rng.multinomial(n_prompts, np.full(n_prompts, 1.0 / n_prompts), size=n_resamples)
-
-
-def percentile_interval(draws: np.ndarray, confidence_level: float = DEFAULT_CONFIDENCE) -> np.ndarray:
-    """(rows, 2) percentile interval of each row of ``draws``, ignoring non-finite draws.
-
-    A row without finite draws gets (NaN, NaN) rather than a warning.
-    """
-    draws = np.atleast_2d(np.asarray(draws, dtype=float))
-    tail = 100.0 * (1.0 - confidence_level) / 2.0
-    intervals = np.full((len(draws), 2), math.nan)
-    for row, values in enumerate(draws):
-        finite = values[np.isfinite(values)]
-        if finite.size:
-            intervals[row] = np.percentile(finite, [tail, 100.0 - tail])
-    return intervals
-
-
 def method_summary(
     runs: pd.DataFrame,
     by: Sequence[str] = (),
@@ -133,7 +108,8 @@ def method_summary(
     """One row per configuration (within each ``by`` group): Figure 3's points, Table 2's cells.
 
     Output columns: *by, method, setting, method_label, n (Best-of-N's N; for another method
-    its most common ``n`` over the prompts, e.g. SR's b_init), n_prompts (prompts shared by all
+    its most common ``n`` over the prompts, e.g. SR's b_init), method_name, color, marker,
+    reference (the configuration's display), n_prompts (prompts shared by all
     configurations of the group), mean_score, improvement (mean of ``per_prompt_improvement``
     over the prompts that can be normalised), n_prompts_improvement (those prompts),
     zero_spread_prompts (comma-separated ids of the others, "" if none), compute_s (sum over
@@ -166,7 +142,7 @@ def bootstrap_draws(
 ) -> pd.DataFrame:
     """The bootstrap statistics behind ``method_summary``'s intervals, one row per resample.
 
-    Columns: *by, method, setting, method_label, n, resample, improvement, relative_compute,
+    Columns: *by, method, setting, method_label, n, method_name, color, marker, reference, resample, improvement, relative_compute,
     speedup_vs_largest_bon, relative_flops, flops_speedup_vs_largest_bon (and perplexity).  With
     the same arguments the resamples are exactly those of ``method_summary``;
     ``bon_equivalent_compute`` locates every non-BoN configuration on each.
@@ -289,9 +265,10 @@ def bon_equivalent_compute(
     - bon_equivalent_in_range_frac, bon_equivalent_above_frac, bon_equivalent_below_frac: the
       shares of resamples inside, above and below the curve (NaN without draws).
     """
-    require_columns(summary, [*by, *CONFIGURATION_COLUMNS, "relative_compute", "improvement"], "method summary")
+    require_columns(summary, [*by, "method", "setting", "method_label", "n", "relative_compute", "improvement"],
+                    "method summary")
     if draws is None:
-        draws = pd.DataFrame(columns=[*by, *CONFIGURATION_COLUMNS, "resample", "relative_compute", "improvement"])
+        draws = pd.DataFrame(columns=[*by, "method", "method_label", "resample", "relative_compute", "improvement"])
     require_columns(draws, [*by, "method", "method_label", "resample", "relative_compute", "improvement"],
                     "bootstrap draws")
     if not by:
@@ -322,12 +299,12 @@ def _check_runs(runs: pd.DataFrame, by: Sequence[str], normalization: str) -> pd
     if (labels > 1).any():
         example = labels[labels > 1].index[0]
         raise ValueError(f"runs has several method_label values for one configuration, e.g. {example}")
-    return runs
+    return with_display(runs)
 
 
 def _reference_range(runs: pd.DataFrame, normalization: str) -> tuple[pd.Series, pd.Series]:
     """Per prompt: Bo-N_min's best reward and the spread that normalises improvement."""
-    bon = runs[runs["method"] == BON]
+    bon = runs[reference_rows(runs)]
     if bon.empty:
         raise ValueError("a group has no BoN configuration to normalise against")
     bon_min = bon[bon["n"] == bon["n"].min()].set_index("prompt_id")
@@ -370,7 +347,7 @@ def _group_statistics(
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
     """Configurations of one group and their statistics under each row of prompt ``weights``.
 
-    Returns the configurations (method, setting, method_label, n; in ``configuration_order``:
+    Returns the configurations (CONFIGURATION_COLUMNS; in ``configuration_order``:
     Best-of-N by N, then the other methods by name and their settings by label — the order of
     Figure 3's series and of the tables; labels made distinct by ``distinct_labels``) and a dict
     of (C, R) arrays, R = len(weights): mean_score, improvement, n_prompts_improvement,
@@ -380,9 +357,10 @@ def _group_statistics(
     """
     runs = _on_common_prompts(runs)
     configs = runs.groupby(CONFIG_COLUMNS, sort=False, dropna=False).agg(
-        method_label=("method_label", "first"), n=("n", _typical)).reset_index()
+        method_label=("method_label", "first"), n=("n", _typical),
+        **{column: (column, "first") for column in DISPLAY_COLUMNS}).reset_index()
     order = sorted(range(len(configs)), key=lambda i: configuration_order(*configs.loc[
-        i, ["method", "n", "method_label", "setting"]]))
+        i, ["reference", "method", "n", "method_label", "setting"]]))
     configs = configs.loc[order].reset_index(drop=True)[CONFIGURATION_COLUMNS]
     configs["method_label"] = distinct_labels(list(configs[["method", "setting", "method_label"]]
                                                    .itertuples(index=False, name=None)))
@@ -399,7 +377,7 @@ def _group_statistics(
 
     weights = weights.T.astype(float)  # (P, R)
     improvement, used = _weighted_mean(per_prompt("improvement"), weights)
-    bon = configs.index[configs["method"] == BON]
+    bon = configs.index[configs["reference"].astype(bool)]
     smallest, largest = bon[0], bon[-1]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         compute, flops = per_prompt("compute_s") @ weights, per_prompt("compute_flops") @ weights
@@ -434,8 +412,9 @@ def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray,
 
 
 def _locate_on_bon_curve(summary: pd.DataFrame, draws: pd.DataFrame, confidence_level: float) -> pd.DataFrame:
-    bon = summary[summary["method"] == BON]
-    points = summary[summary["method"] != BON].reset_index(drop=True)  # every other method's configurations
+    summary = with_display(summary)
+    bon = summary[summary["reference"]]
+    points = summary[~summary["reference"]].reset_index(drop=True)  # every other method's configurations
     located = [interpolate_log_compute(bon["relative_compute"], bon["improvement"], t) for t in points["improvement"]]
     points["bon_equivalent_compute"] = [where.compute for where in located]
     points["bon_equivalent_status"] = [where.status for where in located]
@@ -453,7 +432,7 @@ def _locate_on_bon_curve(summary: pd.DataFrame, draws: pd.DataFrame, confidence_
     def by_resample(rows: pd.DataFrame, column: str) -> np.ndarray:
         return rows.pivot(index="method_label", columns="resample", values=column).to_numpy(dtype=float)
 
-    bon_draws = draws[draws["method"] == BON]
+    bon_draws = draws[draws["method"].isin(set(bon["method"]))]
     curve_x, curve_y = by_resample(bon_draws, "relative_compute"), by_resample(bon_draws, "improvement")
     tail = (1.0 - confidence_level) / 2.0
     for row, label in enumerate(points["method_label"]):

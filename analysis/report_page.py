@@ -1,19 +1,20 @@
 """The front page of ``snakemake --report``: the workflow's description, Figure 3 and the headline
-page (``results/summary.md``, Markdown) in reStructuredText, the only markup Snakemake's report
-renders there (with docutils, into a narrow column of the report's page).
+page (``analysis.summary_page.headline_page``, a page of ``analysis.page`` blocks) rendered as
+reStructuredText (``to_rst``), the only markup Snakemake's report renders there (with docutils,
+into a narrow column of the report's page).
 
-``markdown_to_rst`` reads the Markdown that ``analysis.summary_page`` writes: ``#`` headings,
-paragraphs, ``- `` bullets, pipe tables, ``**bold**``, ``*italic*``, `` `code` `` and
-``[text](url)`` links. Pipe tables become ``list-table`` directives: docutils turns them into
-real ``<table>`` elements whose cells keep their inline markup (bold labels), without the
-column-width bookkeeping of grid tables (the cells hold "≥" and "≈", which a grid table would
-have to count by display width), and without raw HTML, which docutils would pass through
-unchecked.
+Tables become ``list-table`` directives: docutils turns them into real ``<table>`` elements whose
+cells keep their inline markup (bold labels), without the column-width bookkeeping of grid tables
+(the cells hold "≥" and "≈", which a grid table would have to count by display width), and
+without raw HTML, which docutils would pass through unchecked.
 """
 
 import base64
 import re
 import unicodedata
+from collections.abc import Iterable
+
+from analysis.page import Block, Bullets, Code, Heading, Paragraph, Strong, Table, Text, text
 
 FRONT_PAGE_ID = "specrej-front-page"
 # A <style> element is the one way to lay out this page: the report (a React page, Snakemake
@@ -40,22 +41,17 @@ FIGURE3_CAPTION = ("**Figure 3.** Compute relative to the smallest Best-of-N (lo
                    "score (paper eq. 8), one panel per generator / reward pair, with 95% intervals; its full "
                    "caption is under Figures.")
 
-_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
-_CODE = re.compile(r"`([^`]+)`")
 _TRAILING_UNDERSCORE = re.compile(r"(?<=\w)_(?=\W|$)")  # RST reads `word_` as a reference
 # what RST would read as a list's marker at the start of a table cell: "- x", "1. x", "(a) x", "iv) x"
 _ENUMERATOR = r"(\d+|#|[a-zA-Z]|[ivxlcdm]+|[IVXLCDM]+)"
 _LIST_MARKER = re.compile(rf"^([-*+•‣⁃]|{_ENUMERATOR}[.)]|\({_ENUMERATOR}\))(\s|$)")
 
 
-def markdown_to_rst(markdown: str) -> str:
-    """``markdown`` (the subset above) as reStructuredText: headings underlined (``#`` with
-    ``=``, ``##`` with ``-``, ``###`` with ``~``), paragraphs and bullets kept, pipe tables as
-    ``list-table`` directives with their first row as the header."""
-    out = []
-    for kind, lines in _blocks(markdown.splitlines()):
-        out += _RENDER[kind](lines) + [""]
-    return "\n".join(out).rstrip("\n") + "\n"
+def to_rst(blocks: Iterable[Block]) -> str:
+    """``blocks`` as reStructuredText: headings underlined (level 1 with ``=``, 2 with ``-``, 3
+    with ``~``), paragraphs and bullets, tables as ``list-table`` directives with their column
+    names as the header row."""
+    return "\n\n".join("\n".join(_RENDER[type(block)](block)) for block in blocks) + "\n"
 
 
 def embedded_figure_rst(png: bytes, alt: str, caption: str) -> str:
@@ -67,7 +63,7 @@ def embedded_figure_rst(png: bytes, alt: str, caption: str) -> str:
     return f".. figure:: {lines}\n   :alt: {alt}\n\n   {caption}\n"
 
 
-def front_page_rst(description: str, headline_markdown: str, figure: str = "") -> str:
+def front_page_rst(description: str, headline: Iterable[Block], figure: str = "") -> str:
     """The report's first page: ``description`` (RST that may hold Jinja, which Snakemake
     renders), the style that widens the report's column for the tables, ``figure`` (RST, e.g.
     ``embedded_figure_rst``) and the headline page. The generated part is a Jinja ``raw``
@@ -75,117 +71,57 @@ def front_page_rst(description: str, headline_markdown: str, figure: str = "") -
     style = "\n".join("   " + line for line in FRONT_PAGE_STYLE.splitlines())
     figure = figure.rstrip() + "\n\n" if figure else ""
     return (f"{description.rstrip()}\n\n{{% raw %}}\n.. raw:: html\n\n   <style id=\"{FRONT_PAGE_ID}\">\n{style}\n"
-            f"   </style>\n\n{figure}{markdown_to_rst(headline_markdown)}{{% endraw %}}\n")
+            f"   </style>\n\n{figure}{to_rst(headline)}{{% endraw %}}\n")
 
 
-# --------------------------------------------------------------------------------------
-# blocks
-# --------------------------------------------------------------------------------------
+def _heading(block: Heading) -> list[str]:
+    title = _inline(block.text)
+    return [title, "=-~^"[min(block.level, 4) - 1] * _display_width(title)]
 
 
-def _blocks(lines: list[str]) -> list[tuple[str, list[str]]]:
-    """The Markdown's blocks in order, as (kind, lines): "heading", "table", "bullets" or
-    "paragraph"."""
-    blocks = []
-    for line in lines:
-        kind = _kind(line)
-        previous = blocks[-1] if blocks else None
-        if kind is None:  # a blank line ends a block
-            blocks.append(("blank", []))
-        elif previous and (previous[0], kind) in (("table", "table"), ("bullets", "bullets"),
-                                                  ("paragraph", "paragraph"), ("bullets", "paragraph")):
-            previous[1].append(line)  # a paragraph line after a bullet continues the bullet
-        else:
-            blocks.append((kind, [line]))
-    return [block for block in blocks if block[0] != "blank"]
+def _paragraph(block: Paragraph) -> list[str]:
+    return [_inline(block.text)]
 
 
-def _kind(line: str) -> str | None:
-    stripped = line.strip()
-    if not stripped:
-        return None
-    if stripped.startswith("#"):
-        return "heading"
-    if stripped.startswith("|"):
-        return "table"
-    if stripped.startswith(("- ", "* ")):
-        return "bullets"
-    return "paragraph"
+def _bullets(block: Bullets) -> list[str]:
+    return ["- " + _inline(item) for item in block.items]
 
 
-def _heading(lines: list[str]) -> list[str]:
-    level = len(lines[0]) - len(lines[0].lstrip("#"))
-    title = _inline(lines[0].lstrip("#").strip())
-    return [title, "=-~^"[min(level, 4) - 1] * _display_width(title)]
-
-
-def _paragraph(lines: list[str]) -> list[str]:
-    return [_inline(line.strip()) for line in lines]
-
-
-def _bullets(lines: list[str]) -> list[str]:
-    out = []
-    for line in lines:
-        stripped = line.strip()
-        if stripped.startswith(("- ", "* ")):
-            out.append("- " + _inline(stripped[2:].strip()))
-        else:
-            out.append("  " + _inline(stripped))
-    return out
-
-
-def _table(lines: list[str]) -> list[str]:
-    rows = [_cells(line) for line in lines if not _is_alignment_row(line)]
+def _table(block: Table) -> list[str]:
     out = [".. list-table::", "   :header-rows: 1", ""]
-    for row in rows:
-        first, *rest = [_cell(text) for text in row]
-        out += [f"   * - {first}".rstrip()] + [f"     - {text}".rstrip() for text in rest]
+    for row in [tuple(text(column) for column in block.columns), *block.rows]:
+        first, *rest = [_cell(cell) for cell in row]
+        out += [f"   * - {first}".rstrip()] + [f"     - {cell}".rstrip() for cell in rest]
     return out
 
 
-_RENDER = {"heading": _heading, "paragraph": _paragraph, "bullets": _bullets, "table": _table}
+_RENDER = {Heading: _heading, Paragraph: _paragraph, Bullets: _bullets, Table: _table}
 
 
-# --------------------------------------------------------------------------------------
-# inline text
-# --------------------------------------------------------------------------------------
-
-
-def _cells(line: str) -> list[str]:
-    inner = line.strip().removeprefix("|").removesuffix("|")
-    return [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", inner)]
-
-
-def _is_alignment_row(line: str) -> bool:
-    return all(re.fullmatch(r":?-+:?", cell) for cell in _cells(line))
-
-
-def _cell(text: str) -> str:
+def _cell(spans: Text) -> str:
     """A table cell's text as the body of a list item: a leading list marker escaped."""
-    text = _inline(text)
-    return "\\" + text if _LIST_MARKER.match(text) else text
+    rendered = _inline(spans)
+    return "\\" + rendered if _LIST_MARKER.match(rendered) else rendered
 
 
-def _inline(text: str) -> str:
-    """Markdown inline markup as RST's: bold and italic read the same; code gets double
-    backquotes, links RST's anonymous hyperlink form; a ``\\``, a ``|`` or a word's trailing
-    ``_``, which RST would read as markup, is escaped."""
-    text = text.replace("\\", "\\\\").replace("|", "\\|")
-    text = _TRAILING_UNDERSCORE.sub(r"\\_", text)
-    pieces = re.split(r"(`[^`]+`|\[[^\]]+\]\([^)\s]+\))", text)  # code and links are not escaped inside
-    return "".join(_markup(piece) for piece in pieces)
+def _inline(spans: Text) -> str:
+    out = []
+    for span in spans:
+        if isinstance(span, Strong):
+            out.append(f"**{_escape(span.text)}**")
+        elif isinstance(span, Code):
+            out.append(f"``{span.text}``")
+        else:
+            out.append(_escape(span))
+    return "".join(out)
 
 
-def _markup(piece: str) -> str:
-    if code := _CODE.fullmatch(piece):
-        return f"``{_unescape(code.group(1))}``"
-    if link := _LINK.fullmatch(piece):
-        return f"`{link.group(1)} <{_unescape(link.group(2))}>`__"
-    return piece
-
-
-def _unescape(text: str) -> str:
-    return text.replace("\\_", "_").replace("\\|", "|").replace("\\\\", "\\")
+def _escape(plain: str) -> str:
+    """Plain text with what RST would read as markup escaped: a backslash, ``|``, ``*``, a
+    backquote and a word's trailing ``_``."""
+    for char in ("\\", "|", "*", "`"):
+        plain = plain.replace(char, "\\" + char)
+    return _TRAILING_UNDERSCORE.sub(r"\\_", plain)
 
 
 def _display_width(text: str) -> int:

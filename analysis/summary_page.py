@@ -1,8 +1,9 @@
-"""The headline page, ``results/summary.md``: ``analysis.headline``'s tables as Markdown (per
-pair a statement of each method's best setting, the table of every setting of every method, the
-tokens saved, adaptive SR against fixed α, and the notes a reader needs; the report's front page
-renders it as reStructuredText, ``analysis.report_page``). Formatting only: every number comes
-from the inputs.
+"""The headline page: ``analysis.headline``'s tables as a page of blocks (``analysis.page``):
+per pair a statement of each method's best setting, the table of every setting of every method,
+the tokens saved, adaptive SR against fixed α, and the notes a reader needs.  Built once by
+``headline_page``, written as Markdown (``results/summary.md``, ``render_headline_markdown``) and
+as reStructuredText on the report's front page (``analysis.report_page``).  Formatting only:
+every number comes from the inputs.
 """
 
 import math
@@ -10,14 +11,18 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis.adaptive_study import ADAPTIVE, FIXED_ALPHA
 from analysis.headline import PAIR
-from analysis.settings import method_name
-from analysis.tables import MISSING, format_ratio, render_markdown
-
-FIXED_ALPHA, ADAPTIVE = "sr", "sr-adaptive"  # the methods of the adaptive section (paper §6)
+from analysis.page import Block, Bullets, Code, Heading, Paragraph, Strong, Table, Text, text, to_markdown
+from analysis.tables import MISSING, format_ratio
 
 
-def render_headline_markdown(
+def render_headline_markdown(headline: pd.DataFrame, *args, **kwargs) -> str:
+    """``headline_page`` (same arguments) as Markdown."""
+    return to_markdown(headline_page(headline, *args, **kwargs))
+
+
+def headline_page(
     headline: pd.DataFrame,
     savings: pd.DataFrame | None = None,
     normalization: str = "bon_min_range",
@@ -26,37 +31,41 @@ def render_headline_markdown(
     adaptive: pd.DataFrame | None = None,
     survival: pd.DataFrame | None = None,
     fits: pd.DataFrame | None = None,
-) -> str:
+) -> list[Block]:
     """The headline page: per pair one statement per method (its best setting and the speedup
     at equal score, or where it lands outside the Best-of-N curve), the table of every setting,
     the token savings, and the notes a reader needs (prompts used, zero-spread prompts,
     out-of-range points, the equal-N assumption); then the intervals' confidence level and
     resamples.
 
-    With adaptive SR runs (method "sr-adaptive"), a pair also gets an "Adaptive rejection"
+    With runs of the adaptive study's method (``analysis.adaptive_study.ADAPTIVE``), a pair also gets an "Adaptive rejection"
     section from ``adaptive`` (``analysis.adaptive_study.against_fixed_alpha`` with a ``pair``
     column), ``survival`` (``survival_at_equal_tokens`` with ``pair``) and ``fits``
     (``fits_table`` with ``pair``)."""
     intro = ("Per generator / reward pair and per method: its best setting — the largest speedup at equal "
              "score among the method's settings whose score lies inside the measured Best-of-N curve — then "
              "every setting, then the tokens each saves.")
-    lines = [f"# {title}", "", intro, ""]
+    blocks: list[Block] = [Heading(1, text(title)), Paragraph(text(intro))]
     score_name = "eq. 8" if normalization == "bon_min_range" else "improvement, Best-of-N-range normalisation"
     for pair, rows in headline.groupby(PAIR, sort=False):
         rows = rows.reset_index(drop=True)
-        lines += [f"## {pair}", ""]
+        blocks.append(Heading(2, text(str(pair))))
         for _, mine in rows.groupby("method", sort=False):
-            lines += [_statement(mine.reset_index(drop=True), score_name), ""]
-        lines += [_settings_table(rows).rstrip("\n"), ""]
+            blocks.append(Paragraph(_statement(mine.reset_index(drop=True), score_name)))
+        blocks.append(_settings_table(rows))
         if savings is not None and not savings.empty and pair in set(savings[PAIR]):
             for _, mine in savings[savings[PAIR] == pair].groupby("method", sort=False):
-                lines += [_token_line(mine.reset_index(drop=True)), ""]
-        lines += [f"- {note}" for note in _pair_notes(rows, score_name)] + [""]
+                blocks.append(Paragraph(_token_line(mine.reset_index(drop=True))))
+        blocks.append(_bullets(_pair_notes(rows, score_name)))
         if (rows["method"] == ADAPTIVE).any():
-            lines += _adaptive_section(rows, *(_of_pair(frame, pair) for frame in (adaptive, survival, fits)))
-    lines += ["## Notes", ""] + [f"- {note}" for note in _global_notes(headline, savings, normalization,
-                                                                        correlation_resamples)]
-    return "\n".join(lines) + "\n"
+            blocks += _adaptive_section(rows, *(_of_pair(frame, pair) for frame in (adaptive, survival, fits)))
+    blocks += [Heading(2, text("Notes")),
+               _bullets(_global_notes(headline, savings, normalization, correlation_resamples))]
+    return blocks
+
+
+def _bullets(notes: list[str]) -> Bullets:
+    return Bullets(tuple(text(note) for note in notes))
 
 
 # --------------------------------------------------------------------------------------
@@ -64,17 +73,17 @@ def render_headline_markdown(
 # --------------------------------------------------------------------------------------
 
 
-def _statement(rows: pd.DataFrame, score_name: str) -> str:
+def _statement(rows: pd.DataFrame, score_name: str) -> Text:
     """One method's paragraph: its best setting against Best-of-N."""
     bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
-    name = method_name(rows["method"].iloc[0], rows["method_label"])
+    name = _name(rows.iloc[0])
     bests = rows[rows["best"]]
     if bests.empty:
-        return f"No setting of {name} has a finite score on this pair: nothing to compare."
+        return text(f"No setting of {name} has a finite score on this pair: nothing to compare.")
     best = bests.iloc[0]
-    score = (f"**{best['method_label']}** scores {_with_ci(best, 'improvement', _score)} "
-             f"({score_name}; {bon_min} = {_score(best['bon_min_improvement'])}) at "
-             f"{_with_ci(best, 'relative_compute', format_ratio, '×')} {bon_min}'s compute{_flops(best)}")
+    score = text(Strong(str(best["method_label"])), f" scores {_with_ci(best, 'improvement', _score)} "
+                 f"({score_name}; {bon_min} = {_score(best['bon_min_improvement'])}) at "
+                 f"{_with_ci(best, 'relative_compute', format_ratio, '×')} {bon_min}'s compute{_flops(best)}")
     if best["in_range"]:
         speedup = best["compute_speedup"]
         saving = (f"{_with_ci(best, 'compute_speedup', format_ratio, '×')} less compute at equal score"
@@ -82,21 +91,24 @@ def _statement(rows: pd.DataFrame, score_name: str) -> str:
                   f"a speedup of only {_with_ci(best, 'compute_speedup', format_ratio, '×')} at equal score: "
                   "Best-of-N reaches this score with less compute")
         equivalent_n = "Bo" + _with_ci(best, "equivalent_n", _n)
-        statement = (f"{score}; Best-of-N needs ≈ {_with_ci(best, 'bon_equivalent_compute', format_ratio, '×')} "
-                     f"{bon_min}'s compute to match it (≈ {equivalent_n}): {saving}.")
+        statement = text(score, f"; Best-of-N needs ≈ {_with_ci(best, 'bon_equivalent_compute', format_ratio, '×')} "
+                                f"{bon_min}'s compute to match it (≈ {equivalent_n}): {saving}.")
         if np.isfinite(best["bon_equivalent_in_range_frac"]):
-            statement += (f" It lands inside the Best-of-N curve in {_percent(best['bon_equivalent_in_range_frac'])} "
-                          "of the bootstrap resamples.")
+            statement = text(statement, f" It lands inside the Best-of-N curve in "
+                                        f"{_percent(best['bon_equivalent_in_range_frac'])} of the bootstrap resamples.")
         higher = rows[~rows["in_range"] & (rows["improvement"] > best["improvement"])]
         if not higher.empty:
-            statement += (f" {_join(higher['method_label'])} {'scores' if len(higher) == 1 else 'score'} higher but "
-                          "outside the measured Best-of-N range, so no speedup at equal score is measured for "
-                          f"{'it' if len(higher) == 1 else 'them'} (see the table and notes).")
+            statement = text(statement, " ", _join(higher["method_label"]),
+                             f" {'scores' if len(higher) == 1 else 'score'} higher but outside the measured Best-of-N "
+                             "range, so no speedup at equal score is measured for "
+                             f"{'it' if len(higher) == 1 else 'them'} (see the table and notes).")
         return statement
-    return (f"No setting of {name} lands inside the measured Best-of-N curve ({bon_min} = "
-            f"{_score(best['bon_min_improvement'])} to {bon_max} = {_score(best['bon_max_improvement'])}). Its "
-            f"highest-scoring: {score}, {_where(best, bon_min, bon_max)}, so no measured Best-of-N matches it. "
-            f"{_extrapolation(best)}")
+    opening = text(f"No setting of {name} lands inside the measured Best-of-N curve ({bon_min} = "
+                   f"{_score(best['bon_min_improvement'])} to {bon_max} = {_score(best['bon_max_improvement'])}). Its "
+                   "highest-scoring: ", score, f", {_where(best, bon_min, bon_max)}")
+    if best["bon_equivalent_status"] == "below_range":
+        return text(opening, ".")
+    return text(opening, f", so no measured Best-of-N matches it. {_extrapolation(best)}")
 
 
 def _flops(row: pd.Series) -> str:
@@ -114,40 +126,44 @@ def _of_pair(frame: pd.DataFrame | None, pair: str) -> pd.DataFrame:
 
 
 def _adaptive_section(rows: pd.DataFrame, against: pd.DataFrame, survival: pd.DataFrame,
-                      fits: pd.DataFrame) -> list[str]:
+                      fits: pd.DataFrame) -> list[Block]:
     """Adaptive SR (paper §6) against fixed α: at equal compute on Figure 3, and the best
     response's survival at equal tokens on the correlation study's responses."""
-    lines = ["### Adaptive rejection (paper §6)", "",
-             ("SR with the adaptive rule (`--rejection adaptive`): at each decision a row is halted when even an "
-             "optimistic projection of its final reward falls below a pessimistic projection of the best row's; "
-             "δ bounds, per round and under the fitted linear model, the chance of halting the row that would "
-             "have ended best. Its rows in the table above are located on the same Best-of-N curve with the same "
-             "resamples."), ""]
+    blocks: list[Block] = [
+        Heading(3, text("Adaptive rejection (paper §6)")),
+        Paragraph(text("SR with the adaptive rule (", Code("--rejection adaptive"), "): at each decision a row is "
+                       "halted when even an optimistic projection of its final reward falls below a pessimistic "
+                       "projection of the best row's; δ bounds, per round and under the fitted linear model, the "
+                       "chance of halting the row that would have ended best. Its rows in the table above are "
+                       "located on the same Best-of-N curve with the same resamples."))]
+    items = []
     best = rows[rows["best"] & (rows["method"] == FIXED_ALPHA)]
     for _, row in rows[rows["method"] == ADAPTIVE].iterrows():
-        text = (f"**{row['method_label']}**: {_with_ci(row, 'improvement', _score)} at "
-                f"{_with_ci(row, 'relative_compute', format_ratio, '×')} compute; speedup at equal score "
-                + (_with_ci(row, "compute_speedup", format_ratio, "×") if row["in_range"] else
-                   f"not measured ({_where(row, 'Bo-N_min', 'the largest Best-of-N')})"))
+        sentence = (f": {_with_ci(row, 'improvement', _score)} at "
+                    f"{_with_ci(row, 'relative_compute', format_ratio, '×')} compute; speedup at equal score "
+                    + (_with_ci(row, "compute_speedup", format_ratio, "×") if row["in_range"] else
+                       f"not measured ({_where(row, 'Bo-N_min', 'the largest Best-of-N')})"))
         if not best.empty:
-            text += (f" (best fixed α, {best['method_label'].iloc[0]}: {_with_ci(best.iloc[0], 'improvement', _score)} "
-                     f"at {_with_ci(best.iloc[0], 'relative_compute', format_ratio, '×')}, "
-                     f"{_with_ci(best.iloc[0], 'compute_speedup', format_ratio, '×')})")
+            sentence += (f" (best fixed α, {best['method_label'].iloc[0]}: "
+                         f"{_with_ci(best.iloc[0], 'improvement', _score)} at "
+                         f"{_with_ci(best.iloc[0], 'relative_compute', format_ratio, '×')}, "
+                         f"{_with_ci(best.iloc[0], 'compute_speedup', format_ratio, '×')})")
         mine = against[against["method_label"] == row["method_label"]] if not against.empty else against
         if not mine.empty:
-            text += ". " + _against_sentence(mine.iloc[0])
-        lines += [f"- {text}."]
-    lines.append("")
+            sentence += ". " + _against_sentence(mine.iloc[0])
+        items.append(text(Strong(str(row["method_label"])), sentence + "."))
+    blocks.append(Bullets(tuple(items)))
     if not survival.empty:
-        lines += [("Does the best response survive the first cuts? On the correlation study's responses, the "
-                  "adaptive rule at each δ against the fixed α that keeps as many rows on average (the same tokens "
-                  "after the decision):"), "", _survival_table(survival).rstrip("\n"), ""]
+        blocks += [Paragraph(text("Does the best response survive the first cuts? On the correlation study's "
+                                  "responses, the adaptive rule at each δ against the fixed α that keeps as many rows "
+                                  "on average (the same tokens after the decision):")), _survival_table(survival)]
     if not fits.empty:
         fit_text = "; ".join(f"τ={int(f['tau'])}: slope {f['slope']:.2f}, σ {f['sigma']:.3f}, 2σ/slope "
                              f"{f['margin_per_z']:.3f}" for _, f in fits.iterrows())
-        lines += [(f"- Fit (final on partial reward, within prompts; {int(fits['prompts'].max())} held-out prompts, "
-                  f"not the study's): {fit_text}."), ""]
-    return lines
+        fit = (f"Fit (final on partial reward, within prompts; {int(fits['prompts'].max())} held-out prompts, "
+               f"not the study's): {fit_text}.")
+        blocks.append(_bullets([fit]))
+    return blocks
 
 
 def _against_sentence(row: pd.Series) -> str:
@@ -166,7 +182,7 @@ def _against_sentence(row: pd.Series) -> str:
     return text
 
 
-def _survival_table(survival: pd.DataFrame) -> str:
+def _survival_table(survival: pd.DataFrame) -> Table:
     cells = []
     for _, row in survival.iterrows():
         cells.append({
@@ -178,16 +194,19 @@ def _survival_table(survival: pd.DataFrame) -> str:
             "best kept: fixed α": _with_ci(row, "fixed_best_survives", _percent),
             "difference (points)": _with_ci(row, "survives_difference", lambda v: _signed(100 * v)),
         })
-    return render_markdown(pd.DataFrame(cells).set_index("τ"))
+    return _table("τ", cells)
 
 
 def _signed(value: float) -> str:
     return MISSING if not np.isfinite(value) else f"{value:+.1f}"
 
 
-def _join(labels: pd.Series) -> str:
-    labels = [f"**{label}**" for label in labels]
-    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+def _join(labels: pd.Series) -> Text:
+    strong = [Strong(str(label)) for label in labels]
+    parts: list = []
+    for label in strong[:-1]:
+        parts += [label, ", "]
+    return text(*parts[:-1], " and " if parts else "", strong[-1])
 
 
 def _where(row: pd.Series, bon_min: str, bon_max: str) -> str:
@@ -203,6 +222,7 @@ def _where(row: pd.Series, bon_min: str, bon_max: str) -> str:
 
 
 def _extrapolation(row: pd.Series) -> str:
+    """The Best-of-N extrapolated above the ladder."""
     compute = row["bon_equivalent_compute_extrapolated"]
     if not np.isfinite(compute):
         return "The Best-of-N curve does not rise at that end, so no extrapolation is given."
@@ -212,15 +232,16 @@ def _extrapolation(row: pd.Series) -> str:
             f"a speedup of ≈ {format_ratio(row['compute_speedup_extrapolated'])}× (extrapolated).")
 
 
-def _settings_table(rows: pd.DataFrame) -> str:
+def _settings_table(rows: pd.DataFrame) -> Table:
     bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
     flops = "relative_flops" in rows.columns and np.isfinite(rows["relative_flops"].astype(float)).any()
-    cells = {}
+    cells = []
     for _, row in rows.iterrows():
-        label = f"**{row['method_label']}** (best)" if row["best"] else row["method_label"]
-        inside = bool(row["in_range"])
+        label = text(Strong(str(row["method_label"])), " (best)") if row["best"] else text(str(row["method_label"]))
+        inside, below = bool(row["in_range"]), row["bon_equivalent_status"] == "below_range"
         extrapolated = "(extrapolated) "
-        cells[label] = {
+        cells.append({
+            "Setting": label,
             "score": _with_ci(row, "improvement", _score),
             f"compute (× {bon_min})": _with_ci(row, "relative_compute", format_ratio),
             **({f"FLOPs (× {bon_min})": _with_ci(row, "relative_flops", format_ratio)} if flops else {}),
@@ -228,8 +249,8 @@ def _settings_table(rows: pd.DataFrame) -> str:
                 _with_ci(row, "bon_equivalent_compute", format_ratio) if inside
                 else _maybe(extrapolated, row["bon_equivalent_compute_extrapolated"], format_ratio)),
             "≈ Best-of-N": (
-                "Bo" + _with_ci(row, "equivalent_n", _n)
-                if inside else _maybe(extrapolated + "Bo", row["equivalent_n_extrapolated"], _n)),
+                "Bo" + _with_ci(row, "equivalent_n", _n) if inside else f"below {bon_min}" if below
+                else _maybe(extrapolated + "Bo", row["equivalent_n_extrapolated"], _n)),
             "speedup at equal score": (
                 _with_ci(row, "compute_speedup", format_ratio) if inside
                 else _maybe(extrapolated, row["compute_speedup_extrapolated"], format_ratio)),
@@ -237,17 +258,21 @@ def _settings_table(rows: pd.DataFrame) -> str:
             "where": {"interpolated": "inside", "above_range": f"above {bon_max}",
                       "below_range": f"below {bon_min}"}.get(row["bon_equivalent_status"],
                                                              row["bon_equivalent_status"]),
-        }
-    table = pd.DataFrame.from_dict(cells, orient="index")
-    table.index.name = "Setting"
-    return render_markdown(table)
+        })
+    return _table("Setting", cells)
 
 
-def _token_line(savings: pd.DataFrame) -> str:
+def _table(index: str, cells: list[dict]) -> Table:
+    """A ``Table`` of rows given as {column: text or str}, ``index`` the first column."""
+    columns = [index, *(column for column in cells[0] if column != index)] if cells else [index]
+    return Table(tuple(columns), tuple(tuple(text(row[column]) if isinstance(row[column], str) else row[column]
+                                             for column in columns) for row in cells))
+
+
+def _token_line(savings: pd.DataFrame) -> Text:
     """The tokens one method saved on a pair, beside the oracle bound."""
     first = savings.iloc[0]
-    labels = savings["method_label"] if "method_label" in savings.columns else ()
-    name = method_name(first["method"], labels) if "method" in savings.columns else "SR"
+    name = _name(first)
     token = first["first_decision_token"]
     low, high = first["first_decision_token_min"], first["first_decision_token_max"]
     if not np.isfinite(token):
@@ -273,7 +298,7 @@ def _token_line(savings: pd.DataFrame) -> str:
                       + bound.replace("stops there", "stops at that τ"))
     actual = "; ".join(
         f"{row['method_label']} {_with_ci(row, 'tokens_saved_frac', _percent)}" for _, row in savings.iterrows())
-    return (f"**Tokens ({name}).** {decision}; {oracle}. {name} saved, of the tokens "
+    return text(Strong(f"Tokens ({name})."), f" {decision}; {oracle}. {name} saved, of the tokens "
             f"Best-of-{_n(first['init_batch_size'])} would generate running every candidate to completion on the "
             f"same prompt (mean response length from Bo{_n(first['reference_bon_n'])}'s candidates; "
             f"{int(first['n_prompts'])} prompts): {actual}.")
@@ -293,7 +318,9 @@ def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
                      f"of the scores): {zero.replace(',', ', ')}.")
     for _, row in rows[~rows["in_range"]].iterrows():
         where = _where(row, bon_min, bon_max)
-        extrapolated = (f"its Best-of-N equivalent is extrapolated (marked \"(extrapolated)\"): "
+        extrapolated = ("no Best-of-N is cheaper than the cheapest, so it has no Best-of-N equivalent"
+                        if row["bon_equivalent_status"] == "below_range" else
+                        f"its Best-of-N equivalent is extrapolated (marked \"(extrapolated)\"): "
                         f"≈ {format_ratio(row['bon_equivalent_compute_extrapolated'])}× {bon_min}'s compute"
                         if np.isfinite(row["bon_equivalent_compute_extrapolated"])
                         else "no Best-of-N equivalent, measured or extrapolated")
@@ -336,8 +363,9 @@ def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normaliz
         notes.append(f"Score: improvement under the {normalization!r} normalisation (not the paper's eq. 8).")
     notes.append("Compute: summed shards × wall-clock seconds over the prompts, relative to Bo-N_min (eq. 7). "
                  "BoN-equivalent compute: the Best-of-N compute reaching a setting's score, interpolated linearly "
-                 "in log compute between the measured Best-of-N points; outside them it is extrapolated from the "
-                 "end segment and marked so, never reported as a measurement.")
+                 "in log compute between the measured Best-of-N points; above them it is extrapolated from the "
+                 "last segment and marked so, never reported as a measurement; below Bo-N_min there is no "
+                 "Best-of-N to compare with, and none is given.")
     if "relative_flops" in headline.columns and np.isfinite(headline["relative_flops"].astype(float)).any():
         notes.append("FLOPs: the records' FLOP counts from the models' shapes (every prefill, generated and scored "
                      "token; specrej.records.flops) summed over the prompts, relative to Bo-N_min's — eq. 7 in FLOPs "
@@ -355,6 +383,12 @@ def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normaliz
 # --------------------------------------------------------------------------------------
 # formatting
 # --------------------------------------------------------------------------------------
+
+
+def _name(row: pd.Series) -> str:
+    """A method's display name: its ``method_name``, else its ``method``."""
+    name = row.get("method_name")
+    return str(name) if isinstance(name, str) and name else str(row["method"])
 
 
 def _score(value: float) -> str:

@@ -8,7 +8,7 @@ the mean over generators.  The average is NaN when a generator lacks that method
 over a different set of generators than its neighbours.
 
 Input contracts (one row per generator × method setting; ``method_label`` the setting's label,
-``analysis.io.record_configuration``, e.g. "Bo120", "SR α=0.5", "Random SR α=0.5", or any
+``analysis.io.record_configuration``, e.g. "Bo120", "SR α=0.5", or any
 method's own):
 
     Table 1: generator, method_label, win_rate, lc_win_rate

@@ -28,9 +28,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.alpaca_eval_adapter import MINIMAL_GLM, import_alpaca_eval, judge_pairs, usable_judge
-from analysis.io import best_candidate, load_trajectories, record_configuration
+from analysis.io import best_candidate, is_reference, load_trajectories, record_configuration, record_setting
 from analysis.judge_registry import AUTO, JudgeUnavailable, PairJudge, judge_name, resolve_judge
-from analysis.settings import BON, configuration_order, distinct_labels
+from analysis.settings import configuration_order, distinct_labels
 from analysis.tables import NOT_EVALUATED, REFERENCE_NOTE
 
 TABLE1_INPUT_COLUMNS = [
@@ -137,14 +137,15 @@ def _single_generator(frame: pd.DataFrame, side: str) -> str:
 def group_by_method(records: Iterable[dict]) -> dict[str, list[dict]]:
     """Trajectory records keyed by their setting's label (``Bo120``, ``SR α=0.5``, any method's
     own; ``analysis.io.record_configuration``), one key per (method, setting), in Table 1's order:
-    Best-of-N by N, then the other methods by name and their settings by label
+    the reference (Best-of-N) by N, then the other methods by name and their settings by label
     (``analysis.settings.configuration_order``). Two settings sharing a label are told apart as
     in the other tables (``analysis.settings.distinct_labels``)."""
     groups: dict[tuple, list[dict]] = {}
     for record in records:
         method, n, setting, label = record_configuration(record)
-        groups.setdefault((method, setting), [n, label, []])[2].append(record)
-    keys = sorted(groups, key=lambda key: configuration_order(key[0], groups[key][0], groups[key][1], key[1]))
+        groups.setdefault((method, setting), [n, label, [], is_reference(record_setting(record))])[2].append(record)
+    keys = sorted(groups, key=lambda key: configuration_order(groups[key][3], key[0], groups[key][0], groups[key][1],
+                                                              key[1]))
     labels = distinct_labels([(method, setting, groups[(method, setting)][1]) for method, setting in keys])
     return {label: groups[key][2] for label, key in zip(labels, keys, strict=True)}
 
@@ -169,8 +170,8 @@ def bon_min_label(runs_by_method: Mapping[str, Iterable[dict]]) -> str:
     bon = {}
     for label, records in runs_by_method.items():
         for record in records:
-            method, n, _, _ = record_configuration(record)
-            if method == BON and n is not None:
+            _, n, _, _ = record_configuration(record)
+            if is_reference(record_setting(record)) and n is not None:
                 bon[label] = min(bon.get(label, math.inf), n)
     if not bon:
         raise ValueError("no Best-of-N run to use as the Bo-N_min reference; pass reference_label")

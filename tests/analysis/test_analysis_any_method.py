@@ -21,9 +21,12 @@ HALF = math.log(0.5)  # every returned response: two tokens of probability 0.5, 
 
 
 def record(prompt_id, method, setting, score, worst, time_s, flops=None, **params):
-    """One answered record as the engine writes it (``params.setting``; ``flops`` when counted)."""
+    """One answered record as the engine writes it (``params.setting``, ``params.display`` when the
+    setting names one; ``flops`` when counted)."""
+    display = {"display": setting["display"]} if "display" in setting else {}
+    setting = {key: value for key, value in setting.items() if key != "display"}
     out = {"prompt_id": prompt_id, "prompt": f"Prompt {prompt_id}", "method": method,
-           "params": {"model": "gen", "reward": "rm", "seed": 0, **params, "setting": setting},
+           "params": {"model": "gen", "reward": "rm", "seed": 0, **params, "setting": setting, **display},
            "best": {"candidate_id": 0, "text": "answer", "score": score, "num_tokens": 2},
            "worst": {"candidate_id": 1, "score": worst},
            "candidates": [{"id": 0, "text": "answer", "token_logprobs": [HALF, HALF], "num_tokens": 2,
@@ -35,23 +38,28 @@ def record(prompt_id, method, setting, score, worst, time_s, flops=None, **param
     return out
 
 
+# Best-of-N and SR carry their declarations' display; first-k, like a run file written before
+# displays were recorded, has none and is drawn with the fallback.
+BON_DISPLAY = {"name": "Best-of-N", "color": "#ff7f0e", "marker": "s", "reference": True}
 FIRST_K = {"method": "first-k", "params": {"k": 2, "n": 3}, "label": "First 2 of 3"}
-SR = {"method": "sr", "params": {"alpha": 0.5, "batch_size": None, "min_tokens": 8}, "label": "SR α=0.5"}
+SR = {"method": "sr", "params": {"alpha": 0.5, "batch_size": None, "min_tokens": 8}, "label": "SR α=0.5",
+      "display": {"name": "SR", "color": "#1f77b4", "marker": "o", "reference": False}}
 
 
-def study_records() -> list[dict]:
+def study_records(reference: str = "bon") -> list[dict]:
     # Per prompt (p1, p2): Bo4 best 1.0 / 0.0, worst -1.0 / -2.0 (eq. 8 spread 2 on both), 1 s, 100 FLOPs.
-    # Bo16, merged from 2 shards of 8 (params.n the total, the setting still the first shard's),
+    # Bo16, merged from 2 shards of 8 (params.n and the setting's n the total, as merge_shards writes it),
     # best 2.0 / 1.0 at a mean shard time of 2 s (compute 2 × 2 = 4 s) and 400 FLOPs (the shards' sum).
     # first-k best 1.5 / 0.5 at 1 s and 150 FLOPs; SR best 1.0 / 0.5 at 0.5 s, FLOPs not counted.
-    bo4 = {"method": "bon", "params": {"n": 4, "batch_size": 4}, "label": "Bo4"}
-    shard = {"method": "bon", "params": {"n": 8, "batch_size": 8}, "label": "Bo8"}
+    # The reference is Best-of-N by its display, whatever its method is called.
+    bo4 = {"method": reference, "params": {"n": 4, "batch_size": 4}, "label": "Bo4", "display": BON_DISPLAY}
+    shard = {"method": reference, "params": {"n": 16, "batch_size": 8}, "label": "Bo16", "display": BON_DISPLAY}
     records = []
     for prompt, (best4, worst4, best16, first_k, sr) in {"p1": (1.0, -1.0, 2.0, 1.5, 1.0),
                                                          "p2": (0.0, -2.0, 1.0, 0.5, 0.5)}.items():
         records += [
-            record(prompt, "bon", bo4, best4, worst4, 1.0, 100, n=4),
-            record(prompt, "bon", shard, best16, -5.0, 2.0, 400, n=16, shards=2, shard_size=8),
+            record(prompt, reference, bo4, best4, worst4, 1.0, 100, n=4),
+            record(prompt, reference, shard, best16, -5.0, 2.0, 400, n=16, shards=2, shard_size=8),
             record(prompt, "first-k", FIRST_K, first_k, -5.0, 1.0, 150, k=2),
             record(prompt, "sr", SR, sr, -5.0, 0.5, None, alpha=0.5, init_batch_size=8),
         ]
@@ -72,8 +80,12 @@ def test_the_runs_frame_keys_every_record_by_its_setting(runs):
     assert configs["flops"].tolist()[:3] == [100.0, 400.0, 150.0] and math.isnan(configs["flops"].iloc[3])
 
 
-def test_summary_and_bon_equivalent_of_every_method(runs):
+@pytest.mark.parametrize("reference", ["bon", "ladder"])
+def test_summary_and_bon_equivalent_of_every_method(reference):
+    runs = best_responses_frame(study_records(reference))
     summary = method_summary(runs, n_resamples=0).set_index("method_label")
+    assert summary["reference"].tolist() == [True, True, False, False]
+    assert summary["method_name"].tolist() == ["Best-of-N", "Best-of-N", "first-k", "SR"]
     assert summary.index.tolist() == ["Bo4", "Bo16", "First 2 of 3", "SR α=0.5"]
     # eq. 8 against Bo4 (spread 2): Bo16 150 on both prompts; first-k p1 100·(1 + 0.5/2) = 125, p2
     # 100·(1 + 0.5/2) = 125; SR p1 100, p2 125 → 112.5.
@@ -118,4 +130,6 @@ def test_headline_table2_table1_and_figure3_carry_every_method(runs):
 
     (axes,) = figure3_compute_vs_improvement(summary).axes
     assert [text.get_text() for text in axes.get_legend().get_texts()] == ["Best-of-N", "first-k", "SR"]
+    colors = [container.lines[0].get_color() for container in axes.containers]  # one errorbar per series
+    assert colors[0] == "#ff7f0e" and colors[2] == "#1f77b4" and colors[1] not in ("#ff7f0e", "#1f77b4")
     assert {"4", "16", "First 2 of 3", "α=0.5"} <= {text.get_text() for text in axes.texts}

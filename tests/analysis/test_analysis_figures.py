@@ -122,6 +122,16 @@ def test_zero_spread_note_shortens_long_lists(summary):
     assert zero_spread_note(summary) == ""  # no such columns: nothing to say
 
 
+DISPLAY = {"bon": ("Best-of-N", "#ff7f0e", "s", True), "sr": ("SR", "#1f77b4", "o", False),
+           "sr-adaptive": ("SR adaptive", "#2ca02c", "D", False), "sr-random": ("Random SR", "#d62728", "v", False)}
+
+
+def displayed(summary: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` with the display columns the methods' declarations give (``DISPLAY``)."""
+    return summary.assign(**{column: [DISPLAY[m][i] for m in summary["method"]]
+                             for i, column in enumerate(("method_name", "color", "marker", "reference"))})
+
+
 def legend_of(axes) -> list[str]:
     return [text.get_text() for text in axes.get_legend().get_texts()]
 
@@ -131,7 +141,7 @@ def test_figure3_draws_adaptive_sr_as_its_own_series(summary):
     adaptive = one[one["method"] == "sr"].head(1).assign(method="sr-adaptive", setting='{"alpha":0.5,"delta":0.05}',
                                                           method_label="SR δ=0.05", relative_compute=0.3,
                                                           improvement=111.0)
-    (axes,) = figure3_compute_vs_improvement(pd.concat([one, adaptive])).axes
+    (axes,) = figure3_compute_vs_improvement(displayed(pd.concat([one, adaptive]))).axes
     assert legend_of(axes) == ["Best-of-N", "SR", "SR adaptive"]
     annotations = {child.get_text() for child in axes.texts}
     assert "δ=0.05" in annotations and "α=nan" not in annotations
@@ -146,16 +156,73 @@ def test_figure3_has_one_series_per_method_whatever_the_method(summary):
                         improvement=[120.0, 110.0])
     other = sr.head(1).assign(method="first-k", setting='{"k":2,"n":3}', method_label="First 2 of 3",
                               relative_compute=0.6, improvement=105.0)
-    (axes,) = figure3_compute_vs_improvement(pd.concat([other, one, control])).axes
-    # Best-of-N first, then by method name; a method from outside the project by its own name
+    declared = displayed(pd.concat([one, control]))
+    undeclared = other.drop(columns=[c for c in ("method_name", "color", "marker", "reference") if c in other])
+    (axes,) = figure3_compute_vs_improvement(pd.concat([undeclared, declared])).axes
+    # the reference first, then by method name; a method without a display by its own name
     assert legend_of(axes) == ["Best-of-N", "first-k", "SR", "Random SR"]
     annotations = {child.get_text() for child in axes.texts}
     assert {"8", "64", "α=0.5", "α=0.9", "First 2 of 3"} <= annotations  # the prefix a built-in's labels share goes
     bars = [c for c in axes.containers if isinstance(c, ErrorbarContainer)]
     first_k = bars[1].lines[0]
     assert list(first_k.get_xdata()) == [0.6] and list(first_k.get_ydata()) == [105.0]
-    colors = {bar.lines[0].get_color() for bar in bars}
-    assert len(colors) == 4  # one colour per series
+    colors = [bar.lines[0].get_color() for bar in bars]
+    assert colors[0] == "#ff7f0e" and colors[2:] == ["#1f77b4", "#d62728"]  # the declared ones
+    assert colors[1] not in colors[2:] + colors[:1]  # the fallback palette skips colours declared
+    assert [bar.lines[0].get_marker() for bar in bars] == ["s", "o", "o", "v"]
+
+
+def crowded_summary() -> pd.DataFrame:
+    """One panel where settings lie close: α=0.5 and α=0.7 a hair apart, a fourth method among them."""
+    rows = [{"method": "bon", "n": n, "setting": f'{{"n":{n}}}', "method_label": f"Bo{n}",
+             "relative_compute": c, "improvement": s} for n, c, s in [(8, 1.0, 100.0), (16, 2.0, 130.0),
+                                                                      (32, 4.0, 160.0), (64, 8.0, 190.0)]]
+    for method, name, points in [("sr", "SR", [(0.5, 1.50, 150.0), (0.7, 1.45, 149.0), (0.9, 1.40, 147.0)]),
+                                 ("sr-random", "Random SR", [(0.5, 1.52, 148.0), (0.7, 1.47, 150.5)]),
+                                 ("st-bon", "ST-BoN", [(32, 1.48, 151.0), (64, 2.05, 131.0)])]:
+        for value, compute, score in points:
+            key = "N" if method == "st-bon" else "α"
+            rows.append({"method": method, "n": 64, "setting": f'{{"{key}":{value}}}',
+                         "method_label": f"{name} {key}={value}", "relative_compute": compute, "improvement": score})
+    return pd.DataFrame(rows)
+
+
+def rendered_overlaps(figure) -> tuple[int, int]:
+    """(label pairs whose rendered boxes overlap, labels over a point's marker), measured with the
+    figure's renderer."""
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    (axes,) = figure.axes
+    labels = [text.get_window_extent(renderer) for text in axes.texts]
+    radius = 3.0 * figure.dpi / 72.0  # half of Figure 3's 6-point markers
+    centres = [axes.transData.transform(xy) for line in axes.get_lines() if line.get_marker() not in (None, "None", "")
+               for xy in line.get_xydata()]
+    pairs = sum(a.overlaps(b) for i, a in enumerate(labels) for b in labels[i + 1:])
+    on_points = sum(box.x0 < cx + radius and box.x1 > cx - radius and box.y0 < cy + radius and box.y1 > cy - radius
+                    for box in labels for cx, cy in centres)
+    return pairs, on_points
+
+
+def test_figure3_labels_overlap_neither_each_other_nor_a_point_on_a_crowded_panel(tmp_path):
+    summary = crowded_summary()
+    figure = figure3_compute_vs_improvement(summary)
+    (axes,) = figure.axes
+    assert len(axes.texts) == len(summary)
+    assert rendered_overlaps(figure) == (0, 0)
+    figure.set_dpi(200)  # as save_figure writes it: the offsets are in points, the layout is kept
+    assert rendered_overlaps(figure) == (0, 0)
+    assert_saved(figure, tmp_path, "crowded")
+    # the panel is crowded: one fixed offset per label, as before, makes labels collide
+    for text in axes.texts:
+        text.xyann = (4, -10)
+        text.set_horizontalalignment("left")
+        text.set_verticalalignment("baseline")
+    assert rendered_overlaps(figure)[0] > 0
+
+
+def test_figure3_label_placement_is_deterministic():
+    first, second = (figure3_compute_vs_improvement(crowded_summary()).axes[0] for _ in range(2))
+    assert [(t.get_text(), t.xyann) for t in first.texts] == [(t.get_text(), t.xyann) for t in second.texts]
 
 
 def test_figure3_single_panel_without_pair_column(summary):

@@ -92,10 +92,31 @@ def test_without_an_interpolated_alpha_the_highest_score_is_picked_and_marked_ou
     assert table["best"].tolist() == [False, True]
     assert not table["in_range"].any() and set(table["selection"]) == {SELECTED_BY_SCORE}
     page = render_headline_markdown(table)
-    assert "No setting of SR lands inside the measured Best-of-N curve" in page
+    assert "No setting of sr lands inside the measured Best-of-N curve" in page  # no display: the method's name
     assert "above the largest Best-of-N (Bo128 = 140)" in page
     assert "below Bo32 (100), the cheapest Best-of-N" in page
     assert "≈ Bo320" in page and "extrapolated" in page
+
+
+def test_below_the_cheapest_best_of_n_nothing_is_extrapolated():
+    """A setting scoring below Bo-N_min: "below Bo32", never a Best-of-N below the ladder (a "Bo0")."""
+    frame = pd.DataFrame([sr_row(0.5, 90.0, 1.5, "below_range", extrapolated=0.03)])
+    table = headline_table(summary_frame(), frame)
+    row = table.iloc[0]
+    for column in ("bon_equivalent_compute_extrapolated", "equivalent_n_extrapolated", "compute_speedup_extrapolated"):
+        assert math.isnan(row[column]), column
+    page = render_headline_markdown(table)
+    statement = page.split(f"## {PAIR}")[1].split("\n\n")[1]
+    assert statement == ("No setting of sr lands inside the measured Best-of-N curve (Bo32 = 100 to Bo128 = 140). "
+                         "Its highest-scoring: **SR α=0.5** scores 90.0 [85.0, 95.0] (eq. 8; Bo32 = 100) at 1.5× [1.4, 1.6] "
+                         "Bo32's compute, below Bo32 (100), the cheapest Best-of-N.")
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("|")]
+    header, cells = rows[0], dict(zip(rows[0], rows[2], strict=True))
+    assert cells["≈ Best-of-N"] == "below Bo32" and cells["where"] == "below Bo32"
+    assert cells["speedup at equal score"] == "--" and cells["BoN-equivalent compute (× Bo32)"] == "--", header
+    assert "Out of range: SR α=0.5 scores below Bo32 (100), the cheapest Best-of-N; no Best-of-N is cheaper" in page
+    for nonsense in ("Bo0", "Bo1 ", "0.03", "Extending the end segment", "(extrapolated)"):
+        assert nonsense not in page, nonsense
 
 
 def runs_frame(sr_generated, first_decision=10.0, min_tokens=8) -> pd.DataFrame:
@@ -105,7 +126,7 @@ def runs_frame(sr_generated, first_decision=10.0, min_tokens=8) -> pd.DataFrame:
     lengths = {"p1": 50.0, "p2": 25.0}
     for prompt, length in lengths.items():
         rows.append({"pair": PAIR, "method": "bon", "n": 128, "setting": '{"n":128}', "method_label": "Bo128",
-                     "prompt_id": prompt,
+                     "prompt_id": prompt, "method_name": "Best-of-N", "reference": True,
                      "tokens_generated": 128 * length, "num_candidates": 128, "init_batch_size": NAN,
                      "min_tokens": NAN, "first_decision_token": NAN})
         rows.append({"pair": PAIR, "method": "bon", "n": 32, "setting": '{"n":32}', "method_label": "Bo32",
@@ -114,7 +135,7 @@ def runs_frame(sr_generated, first_decision=10.0, min_tokens=8) -> pd.DataFrame:
                      "min_tokens": NAN, "first_decision_token": NAN})
     for (alpha, prompt), generated in sr_generated.items():
         rows.append({"pair": PAIR, "method": "sr", "n": 64, "setting": f'{{"alpha":{alpha}}}',
-                     "method_label": f"SR α={alpha:g}", "prompt_id": prompt,
+                     "method_label": f"SR α={alpha:g}", "prompt_id": prompt, "method_name": "SR", "reference": False,
                      "tokens_generated": generated, "num_candidates": 64, "init_batch_size": 64,
                      "min_tokens": min_tokens, "first_decision_token": first_decision})
     return pd.DataFrame(rows)
@@ -222,12 +243,14 @@ def test_markdown_for_a_speedup_below_one():
 
 def test_runs_frame_carries_what_token_savings_needs():
     merged_bon = {"prompt_id": "p1", "prompt": "Hi", "method": "bon",
-                  "params": {"n": 64, "shards": 2, "model": "gen", "reward": "rm"},
+                  "params": {"n": 64, "shards": 2, "model": "gen", "reward": "rm",
+                             "setting": {"method": "bon", "params": {"n": 64}, "label": "Bo64"}},
                   "best": {"candidate_id": 3, "score": 1.0, "num_tokens": 5}, "worst": {"score": 0.0},
                   "candidates": [{"id": 3, "num_tokens": 5, "final_score": 1.0}], "num_candidates": 64,
                   "rounds": [], "tokens": {"generated": 3200, "scored": 3200}, "timing": {"total_s": 1.0}}
     sr = {"prompt_id": "p1", "prompt": "Hi", "method": "sr",
-          "params": {"alpha": 0.5, "init_batch_size": 4, "min_tokens": 8, "model": "gen", "reward": "rm"},
+          "params": {"alpha": 0.5, "init_batch_size": 4, "min_tokens": 8, "model": "gen", "reward": "rm",
+                     "setting": {"method": "sr", "params": {"alpha": 0.5}, "label": "SR α=0.5"}},
           "best": {"candidate_id": 0, "score": 1.0, "num_tokens": 5},
           "candidates": [{"id": i, "num_tokens": 5, "final_score": 1.0 if i == 0 else None} for i in range(4)],
           "rounds": [{"decision_token": 10, "batch_before": 4, "batch_after": 2},

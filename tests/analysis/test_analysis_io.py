@@ -28,9 +28,12 @@ def candidate(id, final_score, probabilities, halted_round=None):
 
 
 # Shaped like specrej's records: SR params carry init_batch_size (no n), best names its candidate.
+SR_DISPLAY = {"name": "SR", "color": "#1f77b4", "marker": "o", "reference": False}
+BON_DISPLAY = {"name": "Best-of-N", "color": "#ff7f0e", "marker": "s", "reference": True}
 SR_RECORD = {
     "prompt_id": "p1", "prompt": "Hi", "method": "sr",
-    "params": {"alpha": 0.5, "init_batch_size": 8, "seed": 0, "model": "gen", "reward": "rm"},
+    "params": {"alpha": 0.5, "init_batch_size": 8, "seed": 0, "model": "gen", "reward": "rm",
+               "setting": {"method": "sr", "params": {"alpha": 0.5}, "label": "SR α=0.5"}, "display": SR_DISPLAY},
     "best": {"candidate_id": 1, "text": "response 1", "score": 2.0, "num_tokens": 2},
     "candidates": [
         candidate(0, None, [0.9, 0.9, 0.9], halted_round=0),  # halted: no final score
@@ -39,10 +42,12 @@ SR_RECORD = {
     ],
     "rounds": [{"decision_token": 4, "batch_before": 8, "batch_after": 4, "cutoff": 0.3}],
     "timing": {"total_s": 3.0, "generate_s": 2.0, "score_s": 1.0},
-    "tokens": {"generated": 40, "scored": 20}, "peak_kv_bytes": 1024,
+    "tokens": {"generated": 40, "scored": 20}, "peak_kv_bytes": 1024, "worst": {"candidate_id": 2, "score": 1.0},
 }
 BON_RECORD = {**SR_RECORD, "method": "bon", "rounds": [],
-              "params": {"n": 16, "batch_size": 8, "seed": 0, "model": "gen", "reward": "rm"}}
+              "params": {"n": 16, "batch_size": 8, "seed": 0, "model": "gen", "reward": "rm",
+                         "setting": {"method": "bon", "params": {"n": 16, "batch_size": 8}, "label": "Bo16"},
+                         "display": BON_DISPLAY}}
 FAILED_RECORD = {"prompt_id": "p2", "prompt": "Oops", "method": "sr", "params": {}, "error": "prompt too long"}
 UNANSWERED_RECORD = {**SR_RECORD, "prompt_id": "p3", "best": None}
 
@@ -61,7 +66,9 @@ def test_jsonl_round_trip_and_runs_frame(tmp_path):
     sr, bon = runs.iloc[0], runs.iloc[1]
     assert (sr["n"], sr["batch_size"], sr["setting"], sr["method_label"]) == (8, 8, '{"alpha":0.5}', "SR α=0.5")
     assert (bon["n"], bon["setting"], bon["method_label"]) == (16, '{"n":16}', "Bo16")
-    assert math.isnan(sr["flops"]) and math.isnan(bon["flops"])  # older records: no FLOP count
+    assert math.isnan(sr["flops"]) and math.isnan(bon["flops"])  # no FLOP count recorded
+    assert (sr["method_name"], sr["color"], sr["marker"], sr["reference"]) == ("SR", "#1f77b4", "o", False)
+    assert (bon["method_name"], bon["color"], bon["marker"], bon["reference"]) == ("Best-of-N", "#ff7f0e", "s", True)
     assert sr["pair"] == "gen / rm"
     assert sr["perplexity"] == pytest.approx(2.0)  # of candidate 1, not the halted one
     assert (sr["score"], sr["time_s"], sr["shards"], sr["num_rounds"]) == (2.0, 3.0, 1, 1)
@@ -78,14 +85,12 @@ def test_a_run_file_holding_a_prompt_twice_is_refused(tmp_path):
         load_trajectories(path)
 
 
-def test_worst_score_is_recorded_or_the_lowest_final_score():
-    # Older records: the lowest final score among candidates that have one (the halted one has none).
+def test_worst_score_is_the_recorded_one():
     assert best_responses_frame([SR_RECORD])["worst_score"].tolist() == [1.0]
-    # Newer records (and merged BoN shards, which keep only the chosen candidate) carry it.
+    # merged BoN shards keep only the chosen candidate but the lowest score over every shard
     merged = {**BON_RECORD, "worst": {"candidate_id": 7, "score": -3.0}}
     assert best_responses_frame([merged])["worst_score"].tolist() == [-3.0]
-    no_scores = {**SR_RECORD, "candidates": [candidate(0, None, [0.5], halted_round=0)]}
-    assert math.isnan(best_responses_frame([no_scores])["worst_score"].item())
+    assert math.isnan(best_responses_frame([{**SR_RECORD, "worst": None}])["worst_score"].item())
 
 
 def test_best_candidate_falls_back_to_the_highest_unhalted_final_score():
@@ -106,25 +111,16 @@ def test_prefix_table_is_checked_on_load(tmp_path):
 # --- settings: the configuration key ----------------------------------------------------------
 
 
-def test_records_without_a_setting_keep_todays_labels():
-    """Files written before settings: the configuration is derived, with exactly the old labels."""
-    adaptive = {**SR_RECORD, "params": {**SR_RECORD["params"], "alpha": 0.5,
-                                        "rejection": {"rule": "adaptive", "delta": 0.05, "fallback_alpha": 0.5}}}
-    fixed_by_rule = {**SR_RECORD, "params": {**SR_RECORD["params"], "alpha": 0.25, "rejection": {"rule": "alpha"}}}
-    bon_120 = {**BON_RECORD, "params": {**BON_RECORD["params"], "n": 120}}
-    assert record_configuration(bon_120) == ("bon", 120, '{"n":120}', "Bo120")
-    assert record_configuration(SR_RECORD) == ("sr", 8, '{"alpha":0.5}', "SR α=0.5")
-    assert record_configuration(fixed_by_rule) == ("sr", 8, '{"alpha":0.25}', "SR α=0.25")
-    assert record_configuration(adaptive) == ("sr-adaptive", 8, '{"delta":0.05}', "SR δ=0.05")
-    runs = best_responses_frame([bon_120, SR_RECORD, adaptive])
-    assert runs["method_label"].tolist() == ["Bo120", "SR α=0.5", "SR δ=0.05"]
-    assert runs["method"].tolist() == ["bon", "sr", "sr-adaptive"]
+def test_a_record_without_a_setting_is_refused_with_one_message():
+    params = {k: v for k, v in SR_RECORD["params"].items() if k != "setting"}
+    with pytest.raises(ValueError, match=r"prompt 'p1' has no params\['setting'\] with a method"):
+        record_configuration({**SR_RECORD, "params": params})
 
 
 def with_setting(record, name, params, label, **top):
-    """``record`` as the engine now writes it: params.setting = {method: name, params, label}."""
-    return {**record, **top, "params": {**record["params"], "setting": {"method": name, "params": params,
-                                                                        "label": label}}}
+    """``record`` with params.setting = {method: name, params, label} and no display."""
+    kept = {key: value for key, value in record["params"].items() if key != "display"}
+    return {**record, **top, "params": {**kept, "setting": {"method": name, "params": params, "label": label}}}
 
 
 def test_records_with_a_setting_are_keyed_by_it():
@@ -145,11 +141,10 @@ def test_records_with_a_setting_are_keyed_by_it():
 
 
 def test_a_bon_record_merged_from_shards_is_keyed_by_its_total_n():
-    # specrej.records.io.merge_shards keeps the first shard's params: params.n is the total (32), the
-    # setting may still name the shard (8); shard files and merged files must agree on the key.
+    # specrej.records.io.merge_shards: params.n and the setting's n are the total (32); the key is N alone.
     shard = with_setting(BON_RECORD, "bon", {"n": 8, "batch_size": 4}, "Bo8")
     shard["params"] = {**shard["params"], "n": 8}
-    merged = with_setting(BON_RECORD, "bon", {"n": 8, "batch_size": 4}, "Bo8")
+    merged = with_setting(BON_RECORD, "bon", {"n": 32, "batch_size": 4}, "Bo32")  # as merge_shards writes it
     merged["params"] = {**merged["params"], "n": 32, "shards": 4, "shard_size": 8}
     merged["flops"] = {"prefill": 10, "generate": 60, "reward": 30, "total": 100}
     assert record_configuration(merged) == ("bon", 32, '{"n":32}', "Bo32")
@@ -159,9 +154,27 @@ def test_a_bon_record_merged_from_shards_is_keyed_by_its_total_n():
     assert (row["method_label"], row["flops"], row["shards"]) == ("Bo32", 100.0, 4)
 
 
+def test_records_without_display_get_the_fallback_names_colours_markers_and_reference():
+    from analysis.settings import FALLBACK_COLORS
+
+    bon = with_setting(BON_RECORD, "bon", {"n": 16}, "Bo16")
+    first = with_setting(SR_RECORD, "first-k", {"k": 2}, "First 2", method="first-k")
+    sr = SR_RECORD  # declares its display, colour FALLBACK_COLORS[0]: the fallback ones skip it
+    runs = best_responses_frame([first, sr, bon, {**first, "prompt_id": "p2"}])
+    assert runs["method_name"].tolist() == ["first-k", "SR", "bon", "first-k"]
+    assert runs["color"].tolist() == [FALLBACK_COLORS[1], "#1f77b4", FALLBACK_COLORS[2], FALLBACK_COLORS[1]]
+    assert runs["marker"].tolist() == ["o", "o", "o", "o"]
+    assert runs["reference"].tolist() == [False, False, True, False]
+    assert record_configuration(bon) == ("bon", 16, '{"n":16}', "Bo16")  # the fallback reference is keyed by N
+    # a method declared without a colour: its name, the next free colour
+    beside = {**first, "params": {**first["params"], "display": {"name": "First-k", "color": "", "marker": "^",
+                                                                  "reference": False}}}
+    runs = best_responses_frame([sr, beside])
+    assert runs[["method_name", "color", "marker"]].values.tolist() == [
+        ["SR", "#1f77b4", "o"], ["First-k", FALLBACK_COLORS[1], "^"]]
+
+
 def test_failed_records_name_the_settings_method():
     failed = with_setting(FAILED_RECORD, "sr-adaptive", {"delta": 0.1}, "SR δ=0.1")
     unknown = {"prompt_id": "p9", "prompt": "?", "method": "beam", "params": {}, "error": "boom"}
     assert failed_prompts([failed, unknown])["method"].tolist() == ["sr-adaptive", "beam"]
-    with pytest.raises(ValueError, match="unknown method 'beam'"):
-        record_configuration({**unknown, "best": {"score": 1.0}})

@@ -7,15 +7,14 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from analysis.bootstrap import percentile_interval
 from analysis.metrics import (
     bon_equivalent_compute,
     bootstrap_draws,
-    bootstrap_weights,
     interpolate_log_compute,
     locate_on_curves,
     method_summary,
     per_prompt_improvement,
-    percentile_interval,
     perplexity,
     zero_spread_prompts,
 )
@@ -207,7 +206,8 @@ def test_duplicate_rows_for_a_configuration_and_prompt_are_rejected():
 def test_summary_columns():
     runs = hand_runs().assign(perplexity=2.0)
     assert list(method_summary(runs).columns) == [
-        "method", "setting", "method_label", "n", "n_prompts", "mean_score", "improvement",
+        "method", "setting", "method_label", "n", "method_name", "color", "marker", "reference", "n_prompts",
+        "mean_score", "improvement",
         "n_prompts_improvement", "zero_spread_prompts", "compute_s", "relative_compute",
         "speedup_vs_largest_bon", "compute_flops", "relative_flops", "flops_speedup_vs_largest_bon",
         "perplexity", "improvement_lo", "improvement_hi", "relative_compute_lo", "relative_compute_hi",
@@ -218,14 +218,6 @@ def test_summary_columns():
 
 
 # --- paired bootstrap ----------------------------------------------------------------------
-
-
-def test_bootstrap_weights_resample_every_prompt_count():
-    weights = bootstrap_weights(7, 500, seed=3)
-    assert weights.shape == (500, 7) and (weights.sum(axis=1) == 7).all()
-    # Each prompt is drawn 7 × 1/7 = 1 time per resample on average.
-    assert weights.mean() == pytest.approx(1.0, abs=0.05)
-    np.testing.assert_array_equal(weights, bootstrap_weights(7, 500, seed=3))
 
 
 def test_point_estimates_do_not_depend_on_the_bootstrap():
@@ -307,12 +299,6 @@ def test_draws_are_the_resamples_behind_the_summary_intervals():
     (low, high), = percentile_interval(sr["relative_compute"].to_numpy())
     assert (low, high) == pytest.approx((summary.loc["SR α=0.5", "relative_compute_lo"],
                                          summary.loc["SR α=0.5", "relative_compute_hi"]))
-
-
-def test_percentile_interval_ignores_nan_and_handles_empty_rows():
-    intervals = percentile_interval(np.array([[1.0, 2.0, 3.0, np.nan], [np.nan] * 4]), 0.5)
-    assert intervals[0].tolist() == [1.5, 2.5]
-    assert np.isnan(intervals[1]).all()
 
 
 # --- BoN-equivalent compute ----------------------------------------------------------------

@@ -209,6 +209,9 @@ def records(method, n, texts, alpha=None, model="gen-A", reward="rm", failed=())
     params = {"model": model, "reward": reward, "seed": 0, "n" if method == "bon" else "init_batch_size": n}
     if alpha is not None:
         params["alpha"] = alpha
+    setting = {"n": n} if method == "bon" else {"alpha": alpha}
+    label = f"Bo{n}" if method == "bon" else f"SR α={alpha:g}"
+    params["setting"] = {"method": method, "params": setting, "label": label}  # no display: the fallback reference
     out = []
     for i, text in enumerate(texts):
         record = {"prompt_id": i, "prompt": f"Prompt {i}?", "method": method, "params": params}

@@ -1,10 +1,11 @@
-"""results/summary.md, the study's headline (analysis.headline): per pair the best SR α, the
+"""results/summary.md, the study's headline (analysis.headline): per pair each method's best setting, the
 Best-of-N it equals and the compute it saves at equal score, every α, the tokens SR saved next
 to the correlation study's oracle bound, and notes; results/metrics/headline.csv: the same
 numbers, one row per pair and α (the headline table joined with the token savings);
 results/report_front.rst: the report's description (workflow/report/workflow.rst), Figure 3
-(figure3, embedded) and the headline in RST (analysis.report_page), which the Snakefile uses as
-the report's first page once it exists.
+(figure3, embedded) and the same headline page in RST (analysis.report_page), which the Snakefile
+uses as the report's first page once it exists. The page is built once (analysis.summary_page)
+and rendered to both.
 
 results/metrics/adaptive.csv: each adaptive SR run against the fixed-α curve at equal compute
 (analysis.adaptive_study.against_fixed_alpha, on the resamples of results/metrics/summary.csv).
@@ -20,11 +21,12 @@ import sys
 
 import pandas as pd
 
-from analysis.adaptive_study import against_fixed_alpha
+from analysis.adaptive_study import ADAPTIVE, against_fixed_alpha
 from analysis.headline import headline_table, token_savings
 from analysis.metrics import bootstrap_draws
+from analysis.page import to_markdown
 from analysis.report_page import FIGURE3_ALT, FIGURE3_CAPTION, embedded_figure_rst, front_page_rst
-from analysis.summary_page import render_headline_markdown
+from analysis.summary_page import headline_page
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 params, inputs, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
@@ -48,7 +50,7 @@ def per_pair(paths):
 
 survival, fits = per_pair(inputs.survival), per_pair(inputs.fits)
 adaptive = pd.DataFrame()
-if (summary["method"] == "sr-adaptive").any():
+if (summary["method"] == ADAPTIVE).any():
     draws = bootstrap_draws(runs, by=["pair_key", "pair", "generator", "reward"],
                             normalization=params.improvement_normalization,
                             n_resamples=params.bootstrap_resamples, seed=params.bootstrap_seed)
@@ -58,14 +60,13 @@ headline = headline_table(summary, bon_equivalent)
 savings = token_savings(runs, correlation if not correlation.empty else None,
                         n_resamples=params.bootstrap_resamples, confidence_level=params.confidence_level,
                         seed=params.bootstrap_seed)
-markdown = render_headline_markdown(headline, savings, normalization=params.improvement_normalization,
-                                    correlation_resamples=params.correlation_resamples, adaptive=adaptive,
-                                    survival=survival, fits=fits)
-with open(out.markdown, "w", encoding="utf-8") as page:
-    page.write(markdown)
+page = headline_page(headline, savings, normalization=params.improvement_normalization,
+                     correlation_resamples=params.correlation_resamples, adaptive=adaptive, survival=survival,
+                     fits=fits)
+with open(out.markdown, "w", encoding="utf-8") as markdown:
+    markdown.write(to_markdown(page))
 with open(inputs.description, encoding="utf-8") as description, open(inputs.figure3, "rb") as figure3:
-    front = front_page_rst(description.read(), markdown,
-                           embedded_figure_rst(figure3.read(), FIGURE3_ALT, FIGURE3_CAPTION))
+    front = front_page_rst(description.read(), page, embedded_figure_rst(figure3.read(), FIGURE3_ALT, FIGURE3_CAPTION))
 with open(out.front, "w", encoding="utf-8") as page:
     page.write(front)
 table = headline
