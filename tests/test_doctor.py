@@ -10,7 +10,8 @@ import time
 import pytest
 
 from specrej.cli import doctor, doctor_env, doctor_model
-from specrej.cli.doctor import FAIL, NOTE, OK, SKIP, Check, Options, check_python, check_version, report, run_checks
+from specrej.cli.doctor import report, run_checks
+from specrej.cli.doctor_env import FAIL, NOTE, OK, SKIP, Check, Options, check_python, check_version
 from specrej.cli.main import main
 from specrej.models.cache import is_complete
 
