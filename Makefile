@@ -49,7 +49,7 @@ demo: setup
 benchmark: setup
 	$(BIN)/python benchmarks/engine_benchmark.py $(BENCH_ARGS)
 
-# the GPU check (benchmarks/gpu_check.py): one report, gpu-check/report.{json,md}; GPU_CHECK_ARGS adds options
+# the GPU check (benchmarks/gpu_check.py): one report, results/gpu-check/report.{json,md}; GPU_CHECK_ARGS adds options
 gpu-check: setup
 	$(BIN)/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 

@@ -11,7 +11,7 @@ on the same weights, converted by its own `TransformersConverter` from the HF mo
 engine loads (for the default GGUF model, its de-quantised conversion in the model cache) with that
 compute type; CTranslate2 has no bfloat16 on a CPU, so its float32 is the row to compare, and its int8
 rows are a different model (quantised weights), not a like-for-like comparison. CTranslate2 samples
-with the same temperature, top-k and top-p (`sampling_topk=0` means the whole vocabulary, as T=1 here).
+with the same temperature, top-k and top-p (`sampling_topk=0`: no top-k cut, as top_k=0 here).
 
 --model is anything `specrej generate --model` takes (a name such as `default` or `gemma3-270m`,
 an id, a directory, a .gguf), or `shape:qwen3-0.6b`: a Qwen3 causal LM with Qwen3-0.6B's published

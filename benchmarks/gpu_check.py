@@ -1,6 +1,6 @@
 """The GPU check: one script, one report, made to fit 8 minutes on one H200 (`make gpu-check`).
 
-    python benchmarks/gpu_check.py                  # CUDA, full sizes; writes gpu-check/report.{json,md}
+    python benchmarks/gpu_check.py                  # CUDA, full sizes; writes results/gpu-check/report.{json,md}
     python benchmarks/gpu_check.py --tiny           # = --device cpu --size tiny: the test suite's run
 
 Every model is built in code with random weights (the GPU machine has no hub and no GGUF), and
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda (the default), cuda:N or cpu")
     parser.add_argument("--size", default="full", choices=sorted(SIZES))
     parser.add_argument("--tiny", action="store_true", help="= --device cpu --size tiny (the test suite's run)")
-    parser.add_argument("--out", default="gpu-check", help="folder of report.json and report.md")
+    parser.add_argument("--out", default="results/gpu-check", help="folder of report.json and report.md")
     parser.add_argument("--repeats", type=int, default=2, help="each time is the best of this many rounds")
     parser.add_argument("--deadline-s", type=float, default=450,
                         help="sections not started by then are skipped (the machine is lent for 8 minutes)")
