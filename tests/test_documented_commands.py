@@ -152,8 +152,8 @@ def first_appearances() -> dict[str, list[str]]:
 
 
 FAST_PAGES = first_appearances()
-SLOW_COMMANDS = [(page, c) for page, commands in documented_commands().items() for c in commands
-                 if program(c) in SLOW]
+SLOW_COMMANDS = list({c: (page, c) for page, commands in reversed(documented_commands().items()) for c in commands
+                      if program(c) in SLOW}.values())[::-1]  # each once, where it first appears
 
 
 @pytest.mark.parametrize("page", list(FAST_PAGES))
