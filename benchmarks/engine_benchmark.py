@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import platform
 import shutil
@@ -264,8 +265,8 @@ def main() -> None:
     if "hf" not in peers:
         raise SystemExit("--peers: hf must be one of them (every ratio is to HF generate)")
     workdir = Path(tempfile.mkdtemp(prefix="specrej-bench-"))
-    timers = {label: (lambda eng: lambda *a: time_engine(eng, *a))(eng) for label, eng in engines.items()}
-    timers["HF"] = lambda *a: time_hf(model, *a)
+    timers = {label: functools.partial(time_engine, eng) for label, eng in engines.items()}
+    timers["HF"] = functools.partial(time_hf, model)
     converted = {}
     for peer in peers:
         if peer == "hf":

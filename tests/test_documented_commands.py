@@ -31,7 +31,7 @@ BIN = Path(sys.executable).parent
 # tested by tests/workflow; installs are not run; `make gpu-check` by tests/test_gpu_check.py)
 DOCUMENTED = re.compile(r"(?:\.venv/bin/)?(?:specrej (?:generate|summary|doctor|score-prefixes)\b|"
                         r"python benchmarks/[\w/]+\.py|make benchmark\b)")
-FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
 INLINE_BENCHMARK = re.compile(r"`(python benchmarks/[^`]+)`")
 PROMPTS = [{"prompt": "Write a poem about the sea."}]
 # appended to each program's documented arguments; {generator}/{reward} are the tiny models
@@ -113,7 +113,7 @@ def models(generator_dir, reward_model_dir) -> dict:
 
 def run_in(folder: Path, argv: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 
 def page_folder(tmp_path: Path) -> Path:

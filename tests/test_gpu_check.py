@@ -20,7 +20,7 @@ def make_target(target: str, **variables) -> list[str]:
 def test_make_gpu_check_tiny_writes_one_report_with_every_section(tmp_path):
     out = tmp_path / "report"
     done = subprocess.run(make_target("gpu-check", GPU_CHECK_ARGS=f"--tiny --out {out}"), cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     sections = report["sections"]
