@@ -48,10 +48,11 @@ SIZE_ARGS = {
     "python benchmarks/bf16_logprob_tolerance.py": ["--count", "1", "--n", "2", "--max-new-tokens", "4"],
     "python benchmarks/init_batch_rule.py": ["--count", "1", "--max-new-tokens", "16"],
     "python benchmarks/st_bon_agreement.py": [],
+    "python benchmarks/compile_decode_step.py": ["--batch-sizes", "1", "--new-tokens", "2"],
     "specrej doctor": [],
 }
 SLOW = {"python benchmarks/bf16_logprob_tolerance.py", "python benchmarks/init_batch_rule.py",
-        "python benchmarks/st_bon_agreement.py", "specrej doctor"}
+        "python benchmarks/st_bon_agreement.py", "python benchmarks/compile_decode_step.py", "specrej doctor"}
 METHOD_SIZE_ARGS = {"bon": ["--n", "4", "--batch-size", "4"], "sr": ["--max-init-batch", "16"]}
 
 
