@@ -5,17 +5,17 @@ BIN := $(VENV)/bin
 # CPU build served from this machine's disk; GPU users: see README "Installing on a GPU machine"
 TORCH ?= torch==2.13.0
 
-.PHONY: setup test test-fast study demo benchmark docs clean
+.PHONY: setup test test-fast study demo benchmark gpu-check docs clean
 
 setup: $(VENV)/.installed
 
 # One line of its own; pip --quiet still prints its warnings and errors.
 $(VENV)/.installed: pyproject.toml
-	@echo "setup: $(VENV) with $(TORCH) and this project (extras test, eval, workflow, docs)"
+	@echo "setup: $(VENV) with $(TORCH) and this project (extras test, eval, workflow, docs, bench)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install --quiet --upgrade pip
 	@$(BIN)/pip install --quiet "$(TORCH)"
-	@$(BIN)/pip install --quiet -e ".[test,eval,workflow,docs]"
+	@$(BIN)/pip install --quiet -e ".[test,eval,workflow,docs,bench]"
 	@touch $@
 
 test: setup
@@ -47,8 +47,13 @@ demo: setup
 		--memory-budget 64MiB --max-new-tokens 128 --prompts examples/prompts.json --out results/demo/sr.jsonl
 	$(BIN)/specrej summary results/demo/sr.jsonl
 
+# the engine benchmark (docs/results.md); BENCH_ARGS adds options, e.g. BENCH_ARGS="--batch-sizes 1,16 --repeats 1"
 benchmark: setup
-	$(BIN)/python benchmarks/engine_benchmark.py
+	$(BIN)/python benchmarks/engine_benchmark.py $(BENCH_ARGS)
+
+# the GPU check (benchmarks/gpu_check.py): one report, results/gpu-check/report.{json,md}; GPU_CHECK_ARGS adds options
+gpu-check: setup
+	$(BIN)/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 # the documentation site at http://127.0.0.1:8000, rebuilt on every edit (mkdocs.yml, docs/)
 docs: setup

@@ -1,7 +1,17 @@
-"""Engine benchmark: tokens/s of specrej's engine vs Hugging Face `generate()`, measured in one run.
+"""Engine benchmark: tokens/s of specrej's engine vs Hugging Face `generate()` and CTranslate2, in one run.
 
     python benchmarks/engine_benchmark.py [--model default] [--dtype auto] [--batch-sizes 1,16,64,256]
-        [--forward own,fallback] [--samplings T=1,...] [--repeats 3] [--prompt-tokens N]
+        [--forward own,fallback] [--samplings "T=1;T=0.7,top_p=0.9,top_k=50"] [--peers hf,ct2-float32,ct2-int8]
+        [--repeats 3] [--prompt-tokens N]
+
+--samplings separates settings with `;` (a setting's own name holds commas).
+--peers: the other engines timed beside this one. `hf` is Hugging Face `generate` on the same model
+object. `ct2-float32`, `ct2-int8`, `ct2-int8_float32` are CTranslate2 (`pip install -e ".[bench]"`)
+on the same weights, converted by its own `TransformersConverter` from the HF model directory the
+engine loads (for the default GGUF model, its de-quantised conversion in the model cache) with that
+compute type; CTranslate2 has no bfloat16 on a CPU, so its float32 is the row to compare, and its int8
+rows are a different model (quantised weights), not a like-for-like comparison. CTranslate2 samples
+with the same temperature, top-k and top-p (`sampling_topk=0`: no top-k cut, as top_k=0 here).
 
 --model is anything `specrej generate --model` takes (a name such as `default` or `gemma3-270m`,
 an id, a directory, a .gguf), or `shape:qwen3-0.6b`: a Qwen3 causal LM with Qwen3-0.6B's published
@@ -28,21 +38,28 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import platform
+import shutil
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 from specrej.api import load_engine
+from specrej.engine import decoding
 from specrej.engine.engine import Engine
 from specrej.engine.hf_forward import HFForward
 from specrej.engine.sampling import SamplingParams
-from specrej.models.loading import load_tokenizer, resolve_device, resolve_dtype
+from specrej.models.loading import load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
 
 PROMPT = "Write a short story about a robot who learns to paint."
 SAMPLINGS = {"T=1": SamplingParams(), "T=0.7,top_p=0.9,top_k=50": SamplingParams(temperature=0.7, top_p=0.9, top_k=50)}
+SAMPLINGS_SEPARATOR = ";"  # a sampling's name holds commas
+CT2_COMPUTE_TYPES = ("float32", "int8", "int8_float32")
 # published shapes of models whose speed is measured on random weights (config.json of each)
 SHAPES = {"qwen3-0.6b": dict(model_type="qwen3", num_hidden_layers=28, hidden_size=1024, num_attention_heads=16,
                              num_key_value_heads=8, head_dim=128, intermediate_size=3072, vocab_size=151936,
@@ -126,7 +143,7 @@ def time_engine(engine, prompt_ids, rows: int, new_tokens: int, sampling: Sampli
     """Seconds for prefill + `new_tokens` tokens for each of `rows` rows."""
     params = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, new_tokens)
     tic = time.perf_counter()
-    prompt = engine.prefill(prompt_ids)
+    prompt = decoding.prefill(engine.forward, prompt_ids)
     rollout = engine.rollout(prompt, rows, new_tokens, params, torch.Generator().manual_seed(0))
     while rollout.num_rows:
         rollout.step()
@@ -145,9 +162,53 @@ def time_hf(model, prompt_ids, rows: int, new_tokens: int, sampling: SamplingPar
     return elapsed
 
 
+class CTranslate2Peer:
+    """CTranslate2's `Generator` on the engine's model, converted once into a temporary directory."""
+
+    def __init__(self, engine: Engine, model_dir: str, compute_type: str, workdir: Path):
+        try:
+            import ctranslate2
+        except ImportError:
+            raise SystemExit('--peers: CTranslate2 is not installed (pip install -e ".[bench]")') from None
+        supported = ctranslate2.get_supported_compute_types("cpu")
+        if compute_type not in supported:
+            raise SystemExit(f"--peers: CTranslate2 on this CPU supports {sorted(supported)}, not {compute_type!r}")
+        output = workdir / f"ct2-{compute_type}"
+        tic = time.perf_counter()
+        ctranslate2.converters.TransformersConverter(model_dir, load_as_float16=False).convert(
+            str(output), quantization=compute_type)
+        self.convert_s = time.perf_counter() - tic
+        self.generator = ctranslate2.Generator(str(output), device="cpu", compute_type=compute_type,
+                                               intra_threads=torch.get_num_threads())
+        self.tokenizer = engine.tokenizer
+
+    def time(self, prompt_ids, rows: int, new_tokens: int, sampling: SamplingParams) -> float:
+        """Seconds for prefill + exactly `new_tokens` sampled tokens for each of `rows` rows."""
+        tokens = self.tokenizer.convert_ids_to_tokens(prompt_ids)
+        tic = time.perf_counter()
+        results = self.generator.generate_batch(
+            [tokens] * rows, max_length=new_tokens, min_length=new_tokens, include_prompt_in_result=False,
+            sampling_temperature=sampling.temperature, sampling_topk=sampling.top_k, sampling_topp=sampling.top_p)
+        elapsed = time.perf_counter() - tic
+        lengths = {len(result.sequences_ids[0]) for result in results}
+        assert lengths == {new_tokens}, f"CTranslate2 generated {lengths} tokens per row, not {new_tokens}"
+        return elapsed
+
+
+def model_dir_of(args_model: str, engine: Engine, workdir: Path) -> str:
+    """The HF model directory behind --model: the loader's own (a GGUF's de-quantised conversion in the
+    model cache), or, for `shape:` models built in memory, the model saved to `workdir`."""
+    if not args_model.startswith("shape:"):
+        return resolve_model_path(args_model)
+    path = workdir / "hf-model"
+    engine.model.save_pretrained(path)
+    engine.tokenizer.save_pretrained(path)
+    return str(path)
+
+
 def prune_vs_reprefill(engine, prompt_ids, rows: int, new_tokens: int) -> tuple[float, float]:
     params = SamplingParams(max_new_tokens=new_tokens + 1)
-    rollout = engine.rollout(engine.prefill(prompt_ids), rows, new_tokens + 1, params, torch.Generator().manual_seed(0))
+    rollout = engine.rollout(decoding.prefill(engine.forward, prompt_ids), rows, new_tokens + 1, params, torch.Generator().manual_seed(0))
     for _ in range(new_tokens):
         rollout.step()
     halted = rollout.candidate_ids[::2].tolist()
@@ -179,7 +240,10 @@ def main() -> None:
                         help="auto: what the CLI picks on this machine")
     parser.add_argument("--batch-sizes", default="1,16,64,256")
     parser.add_argument("--forward", default="own", help="comma-separated: own, fallback")
-    parser.add_argument("--samplings", default=",".join(SAMPLINGS), help=f"comma-separated, of: {', '.join(SAMPLINGS)}")
+    parser.add_argument("--samplings", default=SAMPLINGS_SEPARATOR.join(SAMPLINGS),
+                        help=f"separated by {SAMPLINGS_SEPARATOR!r}, of: {' | '.join(SAMPLINGS)}")
+    parser.add_argument("--peers", default="hf", help="comma-separated: hf, " + ", ".join(
+        f"ct2-{compute_type}" for compute_type in CT2_COMPUTE_TYPES) + " (CTranslate2)")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prompt-tokens", type=int, help="a prompt of at least this many tokens (default: the short prompt)")
     parser.add_argument("--repeats", type=int, default=3, help="each time is the best of this many rounds")
@@ -190,39 +254,60 @@ def main() -> None:
     engine = build_engine(args.model, args.dtype)
     engine.stop_token_ids = torch.tensor([-1])  # every row generates exactly --new-tokens tokens
     engines = forward_engines(engine, args.forward.split(","))
-    samplings = {name: SAMPLINGS[name] for name in args.samplings.split(",")}
+    unknown = [name for name in args.samplings.split(SAMPLINGS_SEPARATOR) if name not in SAMPLINGS]
+    if unknown:
+        raise SystemExit(f"--samplings: unknown setting {unknown[0]!r}; separate settings with "
+                         f"{SAMPLINGS_SEPARATOR!r}, each one of: {' | '.join(SAMPLINGS)}")
+    samplings = {name: SAMPLINGS[name] for name in args.samplings.split(SAMPLINGS_SEPARATOR)}
     model, dtype = engine.model, engine.dtype
     prompt_ids = prompt_ids_of(engine, args.prompt_tokens)
     params = sum(p.numel() for p in model.parameters())  # tied embedding counted once: it is the lm_head GEMM
+    peers = [name for name in args.peers.split(",") if name]
+    if "hf" not in peers:
+        raise SystemExit("--peers: hf must be one of them (every ratio is to HF generate)")
+    workdir = Path(tempfile.mkdtemp(prefix="specrej-bench-"))
+    timers = {label: functools.partial(time_engine, eng) for label, eng in engines.items()}
+    timers["HF"] = functools.partial(time_hf, model)
+    converted = {}
+    for peer in peers:
+        if peer == "hf":
+            continue
+        compute_type = peer.removeprefix("ct2-")
+        if not peer.startswith("ct2-") or compute_type not in CT2_COMPUTE_TYPES:
+            raise SystemExit(f"--peers: unknown peer {peer!r} (hf, "
+                             + ", ".join(f"ct2-{c}" for c in CT2_COMPUTE_TYPES) + ")")
+        ct2 = CTranslate2Peer(engine, model_dir_of(args.model, engine, workdir), compute_type, workdir)
+        timers[f"ct2 {compute_type}"] = ct2.time
+        converted[f"ct2 {compute_type}"] = ct2.convert_s
     print(f"# {' '.join(sys.argv)}")
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}; "
           f"model {args.model} ({model.config.model_type}, {params / 1e6:.1f}M params, {dtype}); "
           f"prompt {len(prompt_ids)} tokens; {args.new_tokens} new tokens per row")
     print(f"# each time: best of {args.repeats} rounds, engines timed in turn within a round; "
-          f"matmul peak: the fastest decode GEMM at that batch size ({dtype})")
+          f"matmul peak: the fastest decode GEMM at that batch size ({dtype}); "
+          f"ct2 int8 % of peak is against the same {dtype} peak (a different kernel class: read it as a scale)")
+    for label, seconds in converted.items():
+        print(f"# {label}: converted by ctranslate2's TransformersConverter in {seconds:.1f} s")
     print(f"{'batch':>5} {'peak GFLOP/s':>12} {'sampling':<26} {'engine':<20} {'tok/s':>7} {'HF tok/s':>9} "
-          f"{'ratio':>6} {'%peak':>6} {'HF %peak':>8}")
+          f"{'ratio':>6} {'%peak':>6}")
     rows_out = []
     flops = 2 * params / 1e9
     for rows in (int(x) for x in args.batch_sizes.split(",")):
         peak = matmul_peak_gflops(decode_gemm_shapes(engine), rows, dtype)
         for name, sampling in samplings.items():
-            timings = {label: [] for label in [*engines, "HF"]}
-            for label, eng in engines.items():  # warm-up at this shape
-                time_engine(eng, prompt_ids, rows, 4, sampling)
-            time_hf(model, prompt_ids, rows, 4, sampling)
+            timings = {label: [] for label in timers}
+            for timer in timers.values():  # warm-up at this shape
+                timer(prompt_ids, rows, 4, sampling)
             for _ in range(args.repeats):
-                for label, eng in engines.items():
-                    timings[label].append(time_engine(eng, prompt_ids, rows, args.new_tokens, sampling))
-                timings["HF"].append(time_hf(model, prompt_ids, rows, args.new_tokens, sampling))
+                for label, timer in timers.items():
+                    timings[label].append(timer(prompt_ids, rows, args.new_tokens, sampling))
             hf = rows * args.new_tokens / min(timings["HF"])
-            for label in engines:
-                ours = rows * args.new_tokens / min(timings[label])
+            for label in timers:
+                tok_s = rows * args.new_tokens / min(timings[label])
                 rows_out.append({"batch": rows, "sampling": name, "engine": label, "peak_gflops": peak,
-                                 "tok_s": ours, "hf_tok_s": hf, "ratio": ours / hf,
-                                 "frac_peak": ours * flops / peak, "hf_frac_peak": hf * flops / peak})
-                print(f"{rows:>5} {peak:>12.0f} {name:<26} {label:<20} {ours:>7.0f} {hf:>9.0f} {ours / hf:>5.2f}x "
-                      f"{100 * ours * flops / peak:>5.0f}% {100 * hf * flops / peak:>7.0f}%", flush=True)
+                                 "tok_s": tok_s, "hf_tok_s": hf, "ratio": tok_s / hf, "frac_peak": tok_s * flops / peak})
+                print(f"{rows:>5} {peak:>12.0f} {name:<26} {label:<20} {tok_s:>7.0f} {hf:>9.0f} {tok_s / hf:>5.2f}x "
+                      f"{100 * tok_s * flops / peak:>5.0f}%", flush=True)
     prune = {}
     if not args.no_prune:
         prune_rows = max(int(x) for x in args.batch_sizes.split(","))
@@ -231,10 +316,12 @@ def main() -> None:
         print(f"prune {prune_rows}->{prune_rows // 2} rows after {args.new_tokens} tokens: {prune_s * 1e3:.1f} ms; "
               f"re-prefill of the survivors: {reprefill_s * 1e3:.0f} ms; prune = {100 * prune_s / reprefill_s:.2f}% "
               f"of a re-prefill")
+    shutil.rmtree(workdir)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"command": sys.argv, "model": args.model, "dtype": str(dtype), "repeats": args.repeats,
-                       "prompt_tokens": len(prompt_ids), "decode": rows_out, **prune}, handle, indent=1)
+                       "prompt_tokens": len(prompt_ids), "ct2_convert_s": converted, "decode": rows_out,
+                       **prune}, handle, indent=1)
 
 
 if __name__ == "__main__":
