@@ -186,7 +186,8 @@ class Method:
     batch that failed there. `record_method` is the record's top-level `method` (default: the
     name); the methods of one family may share it, as the SR cut rules share "sr".
     `setting_keys` name a setting in file names (workflow run files); `step_seconds` is the
-    workflow's time estimate per prompt and decode step at the study's sizes.
+    workflow's time estimate per prompt and decode step at the study's sizes. `requires` checks
+    what the parameters must satisfy together (e.g. n_init <= n), with the others, before any model loads.
     """
 
     name: str
@@ -199,6 +200,8 @@ class Method:
     record_method: str | None = None
     setting_keys: tuple[str, ...] = field(default=())
     step_seconds: float | None = None
+    # what the parameters must satisfy together: a message when they do not (None: they do)
+    requires: Callable[[Mapping], str | None] | None = None
 
     def param(self, name: str) -> Param:
         for param in self.params:
@@ -223,6 +226,9 @@ class Method:
         if unknown:
             raise self._unknown(unknown[0])
         values = {p.name: p.check(given.get(p.name, p.default), self.description) for p in self.params}
+        problem = self.requires(values) if self.requires else None
+        if problem:
+            raise SpecrejError(problem)
         loaded = {p.name: p.read(values[p.name]) for p in self.params if p.read and values[p.name] is not None}
         return Params(values, loaded)
 

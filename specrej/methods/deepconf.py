@@ -135,8 +135,6 @@ def deepconf(session: Session, params) -> dict:
     """DeepConf online for one prompt: the warm-up traces in batches, the threshold, the later
     traces in batches with their early stops, then the choice. One round records it all."""
     n, n_init, window, k = params.n, params.n_init, params.window, params.k
-    if n_init > n:
-        raise SpecrejError(f"--param n_init ({n_init}) must be at most --n ({n})")
     max_new_tokens = session.sampling.max_new_tokens
     fits = session.rows_that_fit(max_new_tokens)
     batch_size = params.batch_size or fits
@@ -208,4 +206,5 @@ DEEPCONF = register(Method(
     batch_param="batch_size",
     setting_keys=("n", "eta"),
     step_seconds=0.093,  # Best-of-N's per-step estimate: the same shards, stopped traces only save steps
+    requires=lambda p: f"--param n_init ({p['n_init']}) must be at most --n ({p['n']})" if p["n_init"] > p["n"] else None,
 ))
