@@ -91,34 +91,39 @@ def default_dag(tmp_path_factory) -> dict:
 def test_the_default_studys_overview(default_dag, declared_rates):
     config = merged_config()
     lines = messages.study_overview(config, plan.Plan(config, ROOT), default_dag["all"], default_dag["left"])
-    # by hand: 8 shards of Bo16 (Bo128 / 16; the correlation study reads shards 0-1 of them) and 6
-    # method runs (3 SR, 2 Random SR, 1 ST-BoN) generate; then 4 + 6 merges, 1 model fetch, 1 chunk,
-    # 1 prefix scoring, 1 correlation statistics and 13 single jobs (prepare_prompts, rule all,
-    # runs_table, method_summary, decisions, win_rates, tables 1-2, figures 2-4, correlation_summary,
-    # headline): 14 + 10 + 4 + 13 = 41
-    assert lines.splitlines() == [
-        ("specrej: the study: 41 jobs (14 of them generating), 1 pair (SmolLM2-135M / logprob), 24 prompts, up to "
-         "64 new tokens per response"),
-        "specrej:   Best-of-N 16, 32, 64, 128 (shards of 16); SR α=0.5, 0.7, 0.9; Random SR α=0.5, 0.9; ST-BoN N=32",
-        ("specrej:   about 24 min from an empty results/ on a 2-core CPU (SmolLM2-135M's per-job times, measured "
-         "2026-12-01); a GPU is faster")]
+    # by hand: 8 shards of Bo16 (Bo128 / 16; the correlation study reads shards 0-1 of them) and 8
+    # method runs (3 SR, 2 Random SR, 1 ST-BoN, 1 DeepConf, 1 Pandora) generate; then 4 + 8 merges, 1 model
+    # fetch, 1 chunk, 1 prefix scoring, 1 correlation statistics and 13 single jobs (prepare_prompts, rule
+    # all, runs_table, method_summary, decisions, win_rates, tables 1-2, figures 2-4, correlation_summary,
+    # headline): 16 + 12 + 4 + 13 = 45
+    lines = lines.splitlines()
+    assert lines[0] == ("specrej: the study: 45 jobs (16 of them generating), 1 pair (SmolLM2-135M / logprob), 24 "
+                        "prompts, up to 64 new tokens per response")
+    assert lines[1].startswith("specrej:   Best-of-N 16, 32, 64, 128 (shards of 16); SR α=0.5, 0.7, 0.9; Random SR "
+                               "α=0.5, 0.9; ST-BoN N=32; DeepConf N=32 η=0.9; Pandora N=64 c=0.002")
+    assert lines[2] == ("specrej:   about 27 min from an empty results/ on a 2-core CPU (SmolLM2-135M's per-job times, "
+                        "measured 2026-12-01); a GPU is faster")
 
 
 def test_the_estimate_is_the_measured_default_study(default_dag, declared_rates):
     # by hand from the rates: 8 shards x (5.9 + 24 x 64 x 16 x 0.093 / 16) = 1190.0 s, SR 3 x (5.9 +
     # 1536 x 0.139) = 658.3, Random SR 2 x (5.9 + 1536 x 0.138) = 435.7, ST-BoN 1 x (5.9 + 1536 x
-    # 0.081) = 130.3, the judge 5.9 + 9 x 24 x 0.52 = 118.2, the fetch 31, the prefixes 4.2, 23 other
-    # jobs x 0.94 = 21.6: 2589.3 s two at a time, + 41 x 3.3 s = 1429.9 s
+    # 0.081) = 130.3, DeepConf and Pandora 2 x (5.9 + 1536 x 0.093) = 297.5, the judge 5.9 + 11 x 24 x
+    # 0.52 = 143.2, the fetch 31, the prefixes 4.2, 25 other jobs x 0.94 = 23.5: 2913.6 s two at a
+    # time, + 45 x 3.3 s = 1605.3 s
     config = merged_config()
-    assert messages.jobs_seconds(config, plan.Plan(config, ROOT), default_dag["all"]) == pytest.approx(1429.9, abs=0.5)
+    assert messages.jobs_seconds(config, plan.Plan(config, ROOT), default_dag["all"]) == pytest.approx(1605.3, abs=0.5)
 
 
 def test_the_estimate_of_the_measured_study_is_its_measured_time(tmp_path, declared_rates):
-    # the same rates for every setting of config/all-methods.yaml: 45 jobs, by the arithmetic above
+    # the same rates for the settings of the study measured on 2026-12-01 (SR, Random SR at 0.5, 0.7,
+    # 0.9 and ST-BoN at 32 and 128, without DeepConf and Pandora): 45 jobs, by the arithmetic above
     # with 3 Random SR and 2 ST-BoN runs (ST-BoN N=128 at the same per-step rate) and the judge's
     # 11 x 24 comparisons: 2964.3 s two at a time, + 45 x 3.3 s = 1630.7 s;
     # measured on a fresh clone: 1631 s
-    overlay = ROOT / "config" / "all-methods.yaml"
+    overlay = tmp_path / "measured.yaml"
+    overlay.write_text("methods:\n  - {name: sr-random, grid: {alpha: [0.5, 0.7, 0.9]}}\n"
+                       "  - {name: st-bon, grid: {n: [32, 128]}}\n")
     jobs = dag_jobs(overlay, cwd=tmp_path)["all"]
     config = merged_config(overlay)
     assert len(jobs) == 45
