@@ -49,17 +49,19 @@ def job_counts(output: str) -> dict[str, int]:
 @pytest.mark.parametrize("configfile, expected", [
     # 24 prompts in 1 chunk: 8 shards of Bo16 (the ladder Bo16..Bo128, nested), 3 alphas; the
     # correlation study scores Best-of-N's own responses (no generation of its own); the
-    # random-halting control at SR's alphas 0.5 and 0.9 and ST-BoN at N = 32 (methods:); no adaptive SR
-    (None, {"bon_shard": 8, "bon_direct": None, "method_run": 3 + 2 + 1,
+    # random-halting control at SR's alphas 0.5 and 0.9, ST-BoN at N = 32, DeepConf at N = 32 and
+    # Pandora at N = 64 (methods:); no adaptive SR
+    (None, {"bon_shard": 8, "bon_direct": None, "method_run": 3 + 2 + 1 + 1 + 1,
             "generate_correlation": None, "score_prefixes": 1, "calibration_fit": None, "adaptive_survival": None,
-            "merge_bon": 4, "merge_method": 3 + 2 + 1, "table1": 1, "table2": 1,
+            "merge_bon": 4, "merge_method": 3 + 2 + 1 + 1 + 1, "table1": 1, "table2": 1,
             "figure2": 1, "figure3": 1, "figure4": 1, "correlation_summary": 1, "decisions": 1}),
     # config/adaptive.yaml over it: adaptive SR at 2 deltas (method_run too), fit on 10 held-out
     # prompts (1 chunk: Best-of-N shards 0-1, scored)
-    ("config/adaptive.yaml", {"bon_shard": 8 + 2, "method_run": 6 + 2, "score_prefixes": 1 + 1,
-                              "calibration_fit": 1, "adaptive_survival": 1, "merge_method": 6 + 2}),
-    # config/all-methods.yaml over it: the control at alpha 0.7 and ST-BoN at N = 128 beside them
-    ("config/all-methods.yaml", {"bon_shard": 8, "method_run": 3 + 3 + 2, "merge_method": 3 + 3 + 2}),
+    ("config/adaptive.yaml", {"bon_shard": 8 + 2, "method_run": 8 + 2, "score_prefixes": 1 + 1,
+                              "calibration_fit": 1, "adaptive_survival": 1, "merge_method": 8 + 2}),
+    # config/all-methods.yaml over it: the control at alpha 0.7, ST-BoN at N = 128, DeepConf at N = 32
+    # and 64 x eta 0.1 and 0.9, Pandora at N = 128 x 3 costs
+    ("config/all-methods.yaml", {"bon_shard": 8, "method_run": 3 + 3 + 2 + 4 + 3, "merge_method": 3 + 3 + 2 + 4 + 3}),
     # 12 pairs x 10 chunks of 10 prompts: 32 shards of Bo120, 9 alphas; the 9 reward-model pairs
     # get the correlation study, every N is a multiple of 120 (no direct runs)
     # config/grid.yaml: 2 pairs x the default's 8 shards of Bo16 and 3 alphas, no other method; both
