@@ -60,17 +60,22 @@ def run_one(engine: Engine, reward: Reward, prompt: str, *, method: str | Method
 
 def best_of_n(engine: Engine, reward: Reward, prompt: str, *, n: int, batch_size: int | None = None,
               **settings) -> Result:
-    """Best-of-N on one prompt (`methods/bon.py`): `run_one` with method "bon"; `settings`: seed,
+    """Best-of-N on one prompt (`methods/bon.py`): `run_one` with its declaration; `settings`: seed,
     sampling, memory_budget, measure_memory."""
-    return run_one(engine, reward, prompt, method="bon", n=n, batch_size=batch_size, **settings)
+    from .methods.bon import BEST_OF_N
+
+    return run_one(engine, reward, prompt, method=BEST_OF_N, n=n, batch_size=batch_size, **settings)
 
 
 def speculative_rejection(engine: Engine, reward: Reward, prompt: str, *, alpha: float,
                           init_batch_size: int | None = None, **settings) -> Result:
-    """Speculative Rejection on one prompt (Algorithm 1, `methods/sr.py`): `run_one` with method
-    "sr"; `settings`: min_tokens, max_init_batch, decision_tokens, seed, sampling, memory_budget,
-    measure_memory."""
-    return run_one(engine, reward, prompt, method="sr", alpha=alpha, batch_size=init_batch_size, **settings)
+    """Speculative Rejection on one prompt (Algorithm 1, `methods/sr.py`): `run_one` with
+    its declaration; `settings`: min_tokens, max_init_batch, decision_tokens, seed, sampling,
+    memory_budget, measure_memory."""
+    from .methods.sr import SPECULATIVE_REJECTION
+
+    return run_one(engine, reward, prompt, method=SPECULATIVE_REJECTION, alpha=alpha, batch_size=init_batch_size,
+                   **settings)
 
 
 class _ReportedReward:

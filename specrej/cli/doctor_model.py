@@ -135,7 +135,9 @@ def check_smoke(ctx: Context) -> Check:
         started = time.perf_counter()
         engine = load_engine("default", device=str(device))
         loaded = time.perf_counter()
-        result = run_one(engine, LogProbReward(), SMOKE_PROMPT, method="sr", alpha=SMOKE_ALPHA,
+        from ..methods.sr import SPECULATIVE_REJECTION
+
+        result = run_one(engine, LogProbReward(), SMOKE_PROMPT, method=SPECULATIVE_REJECTION, alpha=SMOKE_ALPHA,
                          batch_size=SMOKE_BATCH, decision_tokens=[SMOKE_DECISION_TOKEN],
                          sampling=SamplingParams(max_new_tokens=SMOKE_MAX_NEW_TOKENS),
                          memory_budget=SMOKE_MEMORY_BUDGET)
