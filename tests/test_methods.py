@@ -112,6 +112,7 @@ def test_a_method_from_outside_the_project_runs_through_the_cli(generator_dir, p
                                                                  capsys):
     (tmp_path / "outside_method.py").write_text(OUTSIDE_METHOD)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "outside_method", raising=False)  # imported afresh from this folder
     out = tmp_path / "first.jsonl"
     monkeypatch.setenv("SPECREJ_MEASURE_MEMORY", "0")
     assert generate(generator_dir, prompts_file, out, "--method", "python:outside_method:PREFIX_TOP_K",

@@ -120,12 +120,19 @@ def test_cross_checks_name_the_key(raw_config, tmp_path, change, message):
     assert str(error.value).startswith("invalid config: ") and message in str(error.value), str(error.value)
 
 
-OUTSIDE_METHOD = """
+TABLE_METHOD = """
 from specrej.methods import Method, Param
 
 TABLE = Method(name="table-method", description="a method that reads a table", run=None, label=lambda p: "T",
                params=(Param("table", "path", help="a table of scores"),))
 """
+
+
+def write_table_method(folder, monkeypatch):
+    """Write `table_method.py` into `folder`; a module of that name another test imported is forgotten,
+    so this one is imported afresh."""
+    (folder / "table_method.py").write_text(TABLE_METHOD)
+    monkeypatch.delitem(sys.modules, "table_method", raising=False)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -136,13 +143,13 @@ TABLE = Method(name="table-method", description="a method that reads a table", r
      "prompts.source: prompt_folder is a folder, not a .json, .jsonl or .txt file"),
     (lambda c, tmp: c["prompts"].update(source="prompt_folder/missing.jsonl"),
      "prompts.source: file not found: prompt_folder/missing.jsonl"),
-    (lambda c, tmp: c.update(methods=[{"name": "python:outside_method:TABLE", "grid": {"table": ["no/table.csv"]}}]),
+    (lambda c, tmp: c.update(methods=[{"name": "python:table_method:TABLE", "grid": {"table": ["no/table.csv"]}}]),
      "methods[0].grid.table: --param table: file not found: no/table.csv"),
 ])
 def test_paths_are_checked_at_planning_one_line_naming_the_key(raw_config, tmp_path, monkeypatch, change, message):
     (tmp_path / "notes.md").write_text("a file\n")
     (tmp_path / "prompt_folder").mkdir()
-    (tmp_path / "outside_method.py").write_text(OUTSIDE_METHOD)
+    write_table_method(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     change(raw_config, tmp_path)
@@ -152,11 +159,11 @@ def test_paths_are_checked_at_planning_one_line_naming_the_key(raw_config, tmp_p
 
 
 def test_a_file_parameter_that_exists_passes(raw_config, tmp_path, monkeypatch):
-    (tmp_path / "outside_method.py").write_text(OUTSIDE_METHOD)
+    write_table_method(tmp_path, monkeypatch)
     (tmp_path / "table.csv").write_text("score\n1\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    raw_config.update(methods=[{"name": "python:outside_method:TABLE", "grid": {"table": ["table.csv"]}}],
+    raw_config.update(methods=[{"name": "python:table_method:TABLE", "grid": {"table": ["table.csv"]}}],
                       results_dir="fresh/results")  # a folder not made yet is fine
     plan.validate_config(raw_config, SCHEMA, basedir=tmp_path)
 
