@@ -12,6 +12,7 @@ Tolerances: float32, absolute 1e-4 on logits (the same model, a different order 
 bfloat16, see BF16_ATOL.
 """
 
+import copy
 import logging
 
 import pytest
@@ -21,6 +22,7 @@ from conftest import GENERATOR_TEMPLATE, build_tokenizer
 from specrej import SamplingParams, SpecrejError, load_engine
 from specrej.engine import decoding
 from specrej.engine.budget import PeakMemory
+from specrej.engine.linear import packs
 
 PROMPT = "Write a poem about the sea."
 MODELS = ["qwen3", "gemma3_text"]
@@ -226,3 +228,81 @@ def test_an_encoder_gemma_is_refused(model_dir):
     model.config.use_bidirectional_attention = True
     with pytest.raises(SpecrejError, match="bidirectional"):
         forward_pass(model)
+
+
+# ------------------------------------------------------------------------------------------
+# packed weights (engine/linear.py) and the compiled decode step (engine/compiled.py)
+# ------------------------------------------------------------------------------------------
+
+
+def run_rows(engine, prompt_ids, rows: int, steps: int = 12):
+    """`steps` sampled tokens for `rows` rows, a third of them halted after 5: (tokens, log-probs,
+    hidden states) after every step, for comparing two forward passes of one model."""
+    params = SamplingParams(max_new_tokens=steps)
+    rollout = engine.rollout(decoding.prefill(engine.forward, prompt_ids), rows, steps, params,
+                             torch.Generator().manual_seed(0))
+    seen = []
+    while rollout.num_rows:
+        if rollout.length == 5 and rows > 2:
+            rollout.halt(rollout.candidate_ids[::3].tolist())
+        rollout.step()
+        if rollout.num_rows:
+            seen.append((rollout.tokens[:, : rollout.length].clone(), rollout.logprobs[:, : rollout.length].clone(),
+                         rollout.hidden.clone()))
+    return seen
+
+
+@pytest.mark.skipif(not packs(torch.device("cpu"), torch.bfloat16), reason="no native bfloat16 oneDNN on this CPU")
+@pytest.mark.parametrize("model_type", MODELS)
+def test_packed_weights_give_the_bits_of_f_linear(model_dir, model_type):
+    """On a CPU in bfloat16 the engine's GEMMs run on packed weights: every token, log-prob and
+    hidden state equals, bit for bit, what the same forward pass computes with F.linear on the
+    weights as they are, at every batch size the rows pass through (prefill included)."""
+    engine = engine_for(model_dir, model_type, "bfloat16")
+    assert engine.forward.packed
+    plain = copy.copy(engine)
+    plain.forward = type(engine.forward)(engine.model, pack_weights=False)
+    assert not plain.forward.packed
+    prompt_ids = engine.encode_prompt(PROMPT)
+    for rows in (1, 5, 16, 33):
+        for (tokens, logprobs, hidden), (plain_tokens, plain_logprobs, plain_hidden) in zip(
+                run_rows(engine, prompt_ids, rows), run_rows(plain, prompt_ids, rows), strict=True):
+            assert torch.equal(tokens, plain_tokens) and torch.equal(logprobs, plain_logprobs)
+            assert torch.equal(hidden, plain_hidden)
+
+
+def test_the_compiled_step_matches_eager_with_one_graph_for_every_batch_size(model_dir, prompts_file,
+                                                                             tmp_path, monkeypatch):
+    """--compile on: the records carry params.compiled and the same tokens as eager (float32: the
+    compiled step differs in the last bits, far from flipping a sampled token); the layer halves
+    compile once each with the batch dimension dynamic (SR's shrinking batch recompiles nothing);
+    a model on the fallback path is refused in one line."""
+    import torch._dynamo
+
+    from specrej.cli.main import main
+    from specrej.engine.compiled import resolve_compile
+    from specrej.records.io import read_records
+
+    monkeypatch.setenv("SPECREJ_MEASURE_MEMORY", "0")
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    outs = {}
+    for setting in ("off", "on"):
+        outs[setting] = tmp_path / f"{setting}.jsonl"
+        assert main(["generate", "--model", str(model_dir("qwen3")), "--prompts", str(prompts_file), "--out",
+                     str(outs[setting]), "--method", "sr", "--param", "alpha=0.5", "--param", "max_init_batch=12",
+                     "--param", "min_tokens=4", "--max-new-tokens", "12", "--memory-budget", "64KiB",
+                     "--dtype", "float32", "--compile", setting, "--no-progress"]) == 0
+    eager, compiled = read_records(outs["off"]), read_records(outs["on"])
+    assert all("compiled" not in r["params"] for r in eager) and all(r["params"]["compiled"] for r in compiled)
+    batch_sizes = set()
+    for e, c in zip(eager, compiled, strict=True):
+        assert [x["token_ids"] for x in e["candidates"]] == [x["token_ids"] for x in c["candidates"]]
+        for a, b in zip(e["candidates"], c["candidates"]):
+            assert a["final_score"] == pytest.approx(b["final_score"], abs=1e-5)
+        batch_sizes |= {r["batch_before"] for r in c["rounds"]} | {r["batch_after"] for r in c["rounds"]}
+    assert len(batch_sizes) >= 2  # the compiled halves ran at several batch sizes...
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # ...on one graph per half
+    with pytest.raises(SpecrejError, match="only the engine's own forward passes compile"):
+        resolve_compile("on", fast_path=False, device=torch.device("cpu"))
+    assert resolve_compile("auto", fast_path=True, device=torch.device("cpu")) is False

@@ -130,7 +130,8 @@ def _generate(args: argparse.Namespace, prompts: list, sampling, method, params:
 
     with output_lock(args.out):  # a second run on OUT is refused before it loads any model
         engine = load_engine(args.model, dtype=args.dtype, device=args.device,
-                             trust_remote_code=args.trust_remote_code, prompt_format=args.prompt_format)
+                             trust_remote_code=args.trust_remote_code, prompt_format=args.prompt_format,
+                             compile=args.compile)
         reward = load_reward(args.reward, dtype=args.dtype, device=args.device,
                              trust_remote_code=args.trust_remote_code, batch_size=args.reward_batch_size)
         writer = run_prompts(prompts, args.out, engine=engine, reward=reward, method=method,

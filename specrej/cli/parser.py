@@ -130,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "text with the tokenizer's own special tokens (BOS), as the paper prompts its base "
                           "models; 'auto' is chat when the tokenizer has a chat template, else plain. Recorded in "
                           "each record's params.prompt_format (chat or plain)")
+    gen.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                     help="the decode step's layers compiled with torch.compile (the engine's own forward passes "
+                          "only; minutes of compiling per process on a CPU); 'auto' is off on every device today "
+                          "(measured no faster on a CPU once the compile is paid; not yet measured on CUDA: "
+                          "docs/results.md). A compiled run's records carry params.compiled")
     from ..methods import built_in
 
     gen.add_argument("--method", required=True, metavar="METHOD",

@@ -18,6 +18,7 @@ import torch
 
 from ..errors import SpecrejError
 from . import gemma3, llama
+from .compiled import resolve_compile
 from .decoding import ForwardPass, PrefilledPrompt, Rollout, sampler_copies
 from .gemma3 import Gemma3Forward
 from .hf_forward import HFForward
@@ -33,14 +34,16 @@ FAST_PATHS = {**dict.fromkeys(llama.SUPPORTED_MODEL_TYPES, LlamaForward),
               **dict.fromkeys(gemma3.SUPPORTED_MODEL_TYPES, Gemma3Forward)}
 
 
-def forward_pass(model) -> ForwardPass:
+def forward_pass(model, compile: str = "off") -> ForwardPass:
     """The forward pass for a Hugging Face causal LM: the engine's own for the architectures it
     knows (`FAST_PATHS`: `llama.LlamaForward` for Llama, Mistral, Qwen2, Qwen3;
-    `gemma3.Gemma3Forward` for Gemma 3 text), else the fallback through the model's own forward
+    `gemma3.Gemma3Forward` for Gemma 3 text), its decode step compiled as `compile` (auto, on,
+    off: `compiled.resolve_compile`) says, else the fallback through the model's own forward
     and cache (`hf_forward.HFForward`), with one line in the log naming the model type."""
     model_type = model.config.model_type
+    compiled = resolve_compile(compile, model_type in FAST_PATHS, model.device)
     if model_type in FAST_PATHS:
-        return FAST_PATHS[model_type](model.eval())
+        return FAST_PATHS[model_type](model.eval(), compile=compiled)
     logger.warning("specrej: %r is not one of the engine's own architectures (%s); decoding through "
                    "the model's own forward pass and cache (the fallback, slower)",
                    model_type, ", ".join(FAST_PATHS))
@@ -55,8 +58,10 @@ def forward_pass(model) -> ForwardPass:
 class Engine:
     """A decoder-only LM with our own prefill/decode over a static cache."""
 
-    def __init__(self, model, tokenizer, stop_token_ids: Iterable[int] = ()):
-        self.forward = forward_pass(model)
+    def __init__(self, model, tokenizer, stop_token_ids: Iterable[int] = (), compile: str = "off"):
+        """`compile`: auto, on or off, the decode step compiled or eager (`compiled.resolve_compile`)."""
+        self.forward = forward_pass(model, compile)
+        self.compiled = getattr(self.forward, "compiled", False)
         self.forward_kind = self.forward.kind  # "llama" or "hf": recorded in each result's params
         self.model, self.tokenizer, self.config = model, tokenizer, model.config
         self.layers = self.forward.layers

@@ -21,7 +21,7 @@ token of every layer (what the KV budget counts), not a ring buffer of the windo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +43,52 @@ def _plus_one(norm) -> torch.Tensor:
     return 1.0 + norm.weight.detach().float()
 
 
+class GemmaLayerWeights(NamedTuple):
+    """One Gemma 3 layer's tensors as its layer functions take them (`llama.LayerWeights`'s role):
+    the norms' 1 + weight in float32, the fused projections."""
+
+    input_norm: torch.Tensor
+    post_attention_norm: torch.Tensor
+    pre_feedforward_norm: torch.Tensor
+    post_feedforward_norm: torch.Tensor
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    eps: float
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor
+    o_bias: torch.Tensor | None
+    gate_up: torch.Tensor
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor
+    down_bias: torch.Tensor | None
+
+
+def attention_inputs(x: torch.Tensor, w: GemmaLayerWeights, cos, sin, heads: int, kv_heads: int, head_dim: int,
+                     linear=F.linear):
+    """A Gemma 3 layer up to attention: the input norm, the fused q/k/v GEMM, each head's q and k
+    normed and rotated. x [rows, seq, hidden] -> q [rows, heads, seq, d], k and v [rows, kv_heads, seq, d]."""
+    rows, seq = x.shape[0], x.shape[1]
+    h = gemma_rms_norm(x, w.input_norm, w.eps)
+    qkv = linear(h, w.qkv, w.qkv_bias).view(rows, seq, -1, head_dim)
+    q = rotate(gemma_rms_norm(qkv[:, :, :heads], w.q_norm, w.eps), cos, sin).transpose(1, 2)
+    k = rotate(gemma_rms_norm(qkv[:, :, heads : heads + kv_heads], w.k_norm, w.eps), cos, sin).transpose(1, 2)
+    v = qkv[:, :, heads + kv_heads :].transpose(1, 2)
+    return q, k, v
+
+
+def attention_output_and_mlp(x: torch.Tensor, out: torch.Tensor, w: GemmaLayerWeights, act,
+                             linear=F.linear) -> torch.Tensor:
+    """A Gemma 3 layer's second half: o_proj, its post-attention norm and the residual; the
+    pre-feedforward norm, the gated MLP, its post-feedforward norm and the residual."""
+    rows, seq = x.shape[0], x.shape[1]
+    out = linear(out.transpose(1, 2).reshape(rows, seq, -1), w.o, w.o_bias)
+    x = x + gemma_rms_norm(out, w.post_attention_norm, w.eps)
+    h = gemma_rms_norm(x, w.pre_feedforward_norm, w.eps)
+    gate, up = linear(h, w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
+    return x + gemma_rms_norm(linear(act(gate) * up, w.down, w.down_bias), w.post_feedforward_norm, w.eps)
+
+
 class Gemma3Forward(LlamaForward):
     """The forward pass of a Hugging Face Gemma 3 text causal LM over a `KVCache`.
 
@@ -50,29 +96,36 @@ class Gemma3Forward(LlamaForward):
     forward pass, as the records and flops.py know it); the layer, the attention windows and the
     logits are Gemma 3's."""
 
-    def __init__(self, model):
+    layer_steps = (attention_inputs, attention_output_and_mlp)
+
+    def __init__(self, model, compile: bool = False, pack_weights: bool = True):
         config = model.config
         if getattr(config, "use_bidirectional_attention", False):
             raise SpecrejError("Gemma 3 with bidirectional attention is an encoder, not a generator")
         unknown = sorted(set(config.layer_types) - set(LAYER_TYPES))
         if unknown:
             raise SpecrejError(f"Gemma 3 layer types {unknown} are not known to the engine's forward pass")
-        super().__init__(model)
+        self.eps = config.rms_norm_eps  # before LlamaForward.__init__, which builds the layer weights
+        super().__init__(model, compile, pack_weights)
         self.layer_types = list(config.layer_types[: len(self.layers)])
         self.is_sliding = [t == "sliding_attention" for t in self.layer_types]
         self.sliding_window = config.sliding_window if any(self.is_sliding) else None
         self.final_logit_softcapping = config.final_logit_softcapping
         # transformers' Gemma 3 attention takes no attn_logit_softcapping (the config field is
         # ignored there: q/k norms replaced it), so neither does this one
-        self.eps = config.rms_norm_eps
-        # the norms' 1 + weight in float32, once (Gemma3RMSNorm adds it at every call):
-        # per layer (input, post-attention, pre-feedforward, post-feedforward, q, k)
-        self.norm_weights = [
-            tuple(_plus_one(norm) for norm in (layer.input_layernorm, layer.post_attention_layernorm,
-                                               layer.pre_feedforward_layernorm, layer.post_feedforward_layernorm,
-                                               layer.self_attn.q_norm, layer.self_attn.k_norm))
-            for layer in self.layers]
         self.final_norm_weight = _plus_one(model.model.norm)
+
+    def _layer_weights(self, prepare) -> list[GemmaLayerWeights]:
+        """Per layer: the norms' 1 + weight in float32, once (Gemma3RMSNorm adds it at every call),
+        and the projections' weights as `prepare` makes them for the run's GEMM."""
+        return [GemmaLayerWeights(
+            *(_plus_one(norm) for norm in (layer.input_layernorm, layer.post_attention_layernorm,
+                                          layer.pre_feedforward_layernorm, layer.post_feedforward_layernorm,
+                                          layer.self_attn.q_norm, layer.self_attn.k_norm)),
+            self.eps, prepare(self.qkv_weight[i]), self.qkv_bias[i], prepare(layer.self_attn.o_proj.weight),
+            layer.self_attn.o_proj.bias, prepare(self.gate_up_weight[i]), self.gate_up_bias[i],
+            prepare(layer.mlp.down_proj.weight), layer.mlp.down_proj.bias)
+            for i, layer in enumerate(self.layers)]
 
     # -- limits and sizes ----------------------------------------------------------------
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
@@ -121,46 +174,18 @@ class Gemma3Forward(LlamaForward):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 [rows, vocab]: the lm_head output, soft-capped as transformers does (in the model's
         dtype; in place, so the cap costs no copy of the logits)."""
-        logits = self.model.lm_head(hidden)
+        linear, weight, bias = self.lm_head
+        logits = linear(hidden, weight, bias)
         cap = self.final_logit_softcapping
         if cap is not None:
             logits.div_(cap).tanh_().mul_(cap)
         return logits.float()
 
-    def _forward(self, token_ids: torch.Tensor, first_pos: int, attend: Callable,
-                 layer_states: torch.Tensor | None = None) -> torch.Tensor:
-        """Run the transformer on token_ids [rows, seq] at positions first_pos...; `attend(layer,
-        q, k, v)` supplies attention. Returns the final (normed) hidden state of the last position,
-        [rows, hidden].
+    def rotary(self, x: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer, cos and sin [1, seq, 1, d] of its layer type's rotary embedding."""
+        by_type = {layer_type: tuple(t[:, :, None] for t in self.model.model.rotary_emb(x, positions, layer_type))
+                   for layer_type in set(self.layer_types)}
+        return [by_type[layer_type] for layer_type in self.layer_types]
 
-        `layer_states` [len(layers) + 1, rows, hidden], if given, receives the last position's state
-        as transformers' output_hidden_states gives it: the (scaled) embedding output, each layer's
-        output but the last, and the final normed state."""
-        rows, seq = token_ids.shape
-        heads, kv_heads, eps = self.num_heads, self.num_kv_heads, self.eps
-        x = self.model.get_input_embeddings()(token_ids)  # Gemma3TextScaledWordEmbedding: times sqrt(hidden)
-        positions = torch.arange(first_pos, first_pos + seq, device=self.device)[None]
-        rotary = {  # per layer type: cos, sin [1, seq, 1, d]
-            layer_type: tuple(t[:, :, None] for t in self.model.model.rotary_emb(x, positions, layer_type))
-            for layer_type in set(self.layer_types)}
-        for i, layer in enumerate(self.layers):
-            if layer_states is not None:
-                layer_states[i].copy_(x[:, -1])
-            input_norm, post_attention_norm, pre_feedforward_norm, post_feedforward_norm, q_norm, k_norm = \
-                self.norm_weights[i]
-            cos, sin = rotary[self.layer_types[i]]
-            h = gemma_rms_norm(x, input_norm, eps)
-            qkv = F.linear(h, self.qkv_weight[i], self.qkv_bias[i]).view(rows, seq, -1, self.head_dim)
-            q = rotate(gemma_rms_norm(qkv[:, :, :heads], q_norm, eps), cos, sin).transpose(1, 2)
-            k = rotate(gemma_rms_norm(qkv[:, :, heads : heads + kv_heads], k_norm, eps), cos, sin).transpose(1, 2)
-            v = qkv[:, :, heads + kv_heads :].transpose(1, 2)
-            out = attend(i, q, k, v)  # [rows, heads, seq, d]
-            out = layer.self_attn.o_proj(out.transpose(1, 2).reshape(rows, seq, -1))
-            x = x + gemma_rms_norm(out, post_attention_norm, eps)
-            h = gemma_rms_norm(x, pre_feedforward_norm, eps)
-            gate, up = F.linear(h, self.gate_up_weight[i], self.gate_up_bias[i]).chunk(2, dim=-1)
-            x = x + gemma_rms_norm(layer.mlp.down_proj(layer.mlp.act_fn(gate) * up), post_feedforward_norm, eps)
-        hidden = gemma_rms_norm(x[:, -1], self.final_norm_weight, eps)
-        if layer_states is not None:
-            layer_states[-1].copy_(hidden)
-        return hidden
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        return gemma_rms_norm(x, self.final_norm_weight, self.eps)

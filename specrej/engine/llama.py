@@ -11,6 +11,7 @@ these pieces.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +19,8 @@ import torch.nn.functional as F
 from ..errors import SpecrejError
 from .budget import kv_bytes_per_token
 from .cache import KVCache, PromptKV
+from .compiled import decode_steps
+from .linear import linear_for
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # the model types LlamaForward runs
 
@@ -53,13 +56,72 @@ def attend_decode(q, prompt_k, prompt_v, k, v, scale: float) -> torch.Tensor:
     return out.reshape(rows, heads, 1, d)
 
 
+class LayerWeights(NamedTuple):
+    """One decoder layer's tensors as the layer functions take them: passed in, not read from the
+    module, so that one compiled function serves every layer (`compiled.decode_steps`)."""
+
+    input_norm: torch.Tensor
+    post_attention_norm: torch.Tensor
+    eps: float
+    qkv: torch.Tensor  # q/k/v fused (`LlamaForward._fuse_projections`)
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor
+    o_bias: torch.Tensor | None
+    gate_up: torch.Tensor  # gate/up fused
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor
+    down_bias: torch.Tensor | None
+    q_norm: torch.Tensor | None  # Qwen3's per-head RMSNorm weights on q and k; None elsewhere
+    k_norm: torch.Tensor | None
+
+
+def attention_inputs(x: torch.Tensor, w: LayerWeights, cos, sin, heads: int, kv_heads: int, head_dim: int,
+                     linear=F.linear):
+    """A layer's first half up to attention: the input norm, the fused q/k/v GEMM, Qwen3's q/k
+    norms, the rotation. x [rows, seq, hidden] -> q [rows, heads, seq, d], k and v [rows, kv_heads, seq, d]."""
+    rows, seq = x.shape[0], x.shape[1]
+    h = F.rms_norm(x, w.input_norm.shape, w.input_norm, w.eps)
+    qkv = linear(h, w.qkv, w.qkv_bias).view(rows, seq, -1, head_dim)
+    qk = qkv[:, :, : heads + kv_heads]
+    if w.q_norm is not None:  # skipped for Llama / Mistral / Qwen2, whose ops stay exactly as they were
+        qk = torch.cat([F.rms_norm(qk[:, :, :heads], w.q_norm.shape, w.q_norm, w.eps),
+                        F.rms_norm(qk[:, :, heads:], w.k_norm.shape, w.k_norm, w.eps)], dim=2)
+    q, k = rotate(qk, cos, sin).transpose(1, 2).split([heads, kv_heads], dim=1)
+    v = qkv[:, :, heads + kv_heads :].transpose(1, 2)
+    return q, k, v
+
+
+def attention_output_and_mlp(x: torch.Tensor, out: torch.Tensor, w: LayerWeights, act,
+                             linear=F.linear) -> torch.Tensor:
+    """A layer's second half: o_proj of the attention output `out` [rows, heads, seq, d] and the
+    residual, the post-attention norm, the gated MLP (one GEMM for gate/up) and its residual."""
+    rows, seq = x.shape[0], x.shape[1]
+    x = x + linear(out.transpose(1, 2).reshape(rows, seq, -1), w.o, w.o_bias)
+    h = F.rms_norm(x, w.post_attention_norm.shape, w.post_attention_norm, w.eps)
+    gate, up = linear(h, w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
+    return x + linear(act(gate) * up, w.down, w.down_bias)
+
+
+class LayerRun(NamedTuple):
+    """How `LlamaForward._forward` runs the layers: a layer's two halves around attention (eager or
+    compiled), each layer's weights as they take them, and the GEMM they call."""
+
+    inputs: Callable  # attention_inputs or a class's own
+    output: Callable  # attention_output_and_mlp or a class's own
+    weights: list  # per layer: LayerWeights or a class's own
+    linear: Callable  # F.linear, or linear.packed_linear with packed weights
+
+
 class LlamaForward:
     """The forward pass of a Hugging Face Llama, Mistral, Qwen2 or Qwen3 causal LM over a `KVCache`."""
 
     kind = "llama"  # the engine's own forward pass (decoding.ForwardPass.kind)
     chunked_decode = True  # forward_step takes any chunk of rows (first_row)
+    layer_steps = (attention_inputs, attention_output_and_mlp)  # a layer's two halves around attention
 
-    def __init__(self, model):
+    def __init__(self, model, compile: bool = False, pack_weights: bool = True):
+        """`compile`: decode runs the layer halves compiled (`compiled.decode_steps`); False: eager.
+        `pack_weights`: the eager GEMMs run on packed weights where that is faster (`linear.linear_for`)."""
         config = model.config
         self.model, self.config = model, config
         self.layers = model.model.layers
@@ -77,6 +139,29 @@ class LlamaForward:
         self.kv_bytes_per_token = kv_bytes_per_token(len(self.layers), self.num_kv_heads, self.head_dim, self.dtype)
         self.num_layer_states = len(self.layers) + 1  # the embedding output and each layer's
         self._fuse_projections()
+        self.act = self.layers[0].mlp.act_fn  # one module for every layer (one compiled graph, not one per layer)
+        linear, prepare = linear_for(self.device, self.dtype, pack_weights)
+        self.packed = linear is not F.linear
+        # prefill and eager decode; the lm_head's weight prepared alike
+        self.eager_run = LayerRun(*self.layer_steps, self._layer_weights(prepare), linear)
+        self.lm_head = (linear, prepare(model.lm_head.weight), model.lm_head.bias)
+        self.compiled = compile
+        # a compiled graph takes the weights as they are and F.linear: a packed weight would have
+        # to be a constant of a frozen graph, and these graphs serve every layer
+        self.decode_run = (LayerRun(*decode_steps(self.layer_steps), self._layer_weights(lambda weight: weight), F.linear)
+                           if compile else self.eager_run)
+
+    def _layer_weights(self, prepare: Callable) -> list[LayerWeights]:
+        """Per layer, its tensors; the GEMMs' weights as `prepare` makes them for the run's `linear`."""
+        weights = []
+        for i, layer in enumerate(self.layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            weights.append(LayerWeights(
+                layer.input_layernorm.weight, layer.post_attention_layernorm.weight, layer.input_layernorm.variance_epsilon,
+                prepare(self.qkv_weight[i]), self.qkv_bias[i], prepare(attn.o_proj.weight), attn.o_proj.bias,
+                prepare(self.gate_up_weight[i]), self.gate_up_bias[i], prepare(mlp.down_proj.weight), mlp.down_proj.bias,
+                attn.q_norm.weight if self.qk_norm else None, attn.k_norm.weight if self.qk_norm else None))
+        return weights
 
     @torch.no_grad()
     def _fuse_projections(self) -> None:
@@ -157,7 +242,7 @@ class LlamaForward:
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=masks[layer], scale=self.scale, enable_gqa=True)
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
 
-        hidden = self._forward(token_ids, 0, attend, layer_states)
+        hidden = self._forward(token_ids, 0, attend, self.eager_run, layer_states)
         return PromptKV(ks, vs), hidden
 
     def forward_step(self, cache: KVCache, tokens: torch.Tensor, pos: int, first_row: int = 0,
@@ -179,43 +264,43 @@ class LlamaForward:
                 k, v = k[:, :, own:], v[:, :, own:]
             return attend_decode(q, prompt_k, prompt_v, k, v, self.scale)
 
-        return self._forward(tokens, prompt_len + pos, attend, layer_states)
+        return self._forward(tokens, prompt_len + pos, attend, self.decode_run, layer_states)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.model.lm_head(hidden).float()
+        linear, weight, bias = self.lm_head
+        return linear(hidden, weight, bias).float()
 
-    def _forward(self, token_ids: torch.Tensor, first_pos: int, attend: Callable,
+    def rotary(self, x: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer, the rotary embedding's cos and sin [1, seq, 1, d] at `positions`: one for every layer."""
+        cos, sin = (t[:, :, None] for t in self.model.model.rotary_emb(x, positions))
+        return [(cos, sin)] * len(self.layers)
+
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.model.model.norm)
+
+    def _forward(self, token_ids: torch.Tensor, first_pos: int, attend: Callable, run: LayerRun,
                  layer_states: torch.Tensor | None = None) -> torch.Tensor:
-        """Run the transformer on token_ids [rows, seq] at positions first_pos...; `attend(layer,
-        q, k, v)` supplies attention. Returns the final (normed) hidden state of the last position,
-        [rows, hidden]: logits are made from it in row chunks (see `decoding.sample`).
+        """Run the transformer on token_ids [rows, seq] at positions first_pos...: per layer, `run`'s
+        two halves around `attend(layer, q, k, v)`, which supplies attention. Returns the final
+        (normed) hidden state of the last position, [rows, hidden]: logits are made from it in row
+        chunks (see `decoding.sample`).
 
         `layer_states` [len(layers) + 1, rows, hidden], if given, receives the last position's state
-        as transformers' output_hidden_states gives it: the embedding output, each layer's output
-        but the last, and the final normed state."""
+        as transformers' output_hidden_states gives it: the embedding output (Gemma 3: scaled), each
+        layer's output but the last, and the final normed state."""
         rows, seq = token_ids.shape
-        heads, kv_heads = self.num_heads, self.num_kv_heads
         x = self.model.get_input_embeddings()(token_ids)
         positions = torch.arange(first_pos, first_pos + seq, device=self.device)[None]
-        cos, sin = (t[:, :, None] for t in self.model.model.rotary_emb(x, positions))  # [1, seq, 1, d]
-        for i, layer in enumerate(self.layers):
+        rotary = self.rotary(x, positions)
+        for i, weights in enumerate(run.weights):
             if layer_states is not None:
                 layer_states[i].copy_(x[:, -1])
-            h = rms_norm(x, layer.input_layernorm)
-            qkv = F.linear(h, self.qkv_weight[i], self.qkv_bias[i]).view(rows, seq, -1, self.head_dim)
-            qk = qkv[:, :, : heads + kv_heads]
-            if self.qk_norm:  # skipped for Llama / Mistral / Qwen2, whose ops stay exactly as they were
-                qk = torch.cat([rms_norm(qk[:, :, :heads], layer.self_attn.q_norm),
-                                rms_norm(qk[:, :, heads:], layer.self_attn.k_norm)], dim=2)
-            q, k = rotate(qk, cos, sin).transpose(1, 2).split([heads, kv_heads], dim=1)
-            v = qkv[:, :, heads + kv_heads :].transpose(1, 2)
+            cos, sin = rotary[i]
+            q, k, v = run.inputs(x, weights, cos, sin, self.num_heads, self.num_kv_heads, self.head_dim, run.linear)
             out = attend(i, q, k, v)  # [rows, heads, seq, d]
-            x = x + layer.self_attn.o_proj(out.transpose(1, 2).reshape(rows, seq, -1))
-            h = rms_norm(x, layer.post_attention_layernorm)
-            gate, up = F.linear(h, self.gate_up_weight[i], self.gate_up_bias[i]).chunk(2, dim=-1)
-            x = x + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
-        hidden = rms_norm(x[:, -1], self.model.model.norm)
+            x = run.output(x, out, weights, self.act, run.linear)
+        hidden = self.final_norm(x[:, -1])
         if layer_states is not None:
             layer_states[-1].copy_(hidden)
         return hidden
