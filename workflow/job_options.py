@@ -29,7 +29,9 @@ def common_args(config: dict, pair: dict, method: str, seed_offset: int = 0) -> 
     # --prompt-format only when it is not the CLI's default (auto): the jobs of configs that leave
     # it out keep their options, so their finished runs are not redone
     prompt_format = ["--prompt-format", g["prompt_format"]] if g["prompt_format"] != "auto" else []
-    return ["--model", g["model"], "--reward", r["model"], "--method", method, *prompt_format,
+    compile_setting = {True: "on", False: "off"}.get(g["compile"], g["compile"])  # YAML's bare on / off
+    compile_step = ["--compile", compile_setting] if compile_setting != "auto" else []  # likewise
+    return ["--model", g["model"], "--reward", r["model"], "--method", method, *prompt_format, *compile_step,
             "--max-new-tokens", s["max_new_tokens"], "--temperature", s["temperature"], "--top-p", s["top_p"],
             "--top-k", s["top_k"], "--seed", s["seed"] + seed_offset, "--device", config["device"],
             "--dtype", g["dtype"] or config["dtype"], "--reward-batch-size", r["batch_size"], "--no-progress",

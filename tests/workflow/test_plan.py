@@ -324,6 +324,14 @@ def test_engine_args_pass_a_prompt_format_other_than_auto(config):
     assert "--prompt-format" not in job_options.prefix_args(config, config["pairs"][0])
 
 
+def test_engine_args_pass_a_compile_setting_other_than_auto_and_yaml_bare_words(config):
+    assert config["generators"]["g"]["compile"] == "auto"
+    assert "--compile" not in job_options.bon_args(config, config["pairs"][1], n=2)  # the CLI's default
+    for setting, passed in (("on", "on"), (True, "on"), ("off", "off"), (False, "off")):  # YAML: on -> true
+        config["generators"]["g"]["compile"] = setting
+        assert f"--method bon --compile {passed} --max-new-tokens" in job_options.bon_args(config, config["pairs"][1], n=2)
+
+
 def test_engine_args_are_quoted_for_the_shell(config):
     config["generators"]["g"]["model"] = "/models/my model"
     args = job_options.bon_args(config, config["pairs"][1], n=2)
