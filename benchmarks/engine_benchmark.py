@@ -1,7 +1,7 @@
 """Engine benchmark: tokens/s of specrej's engine vs Hugging Face `generate()` and CTranslate2, in one run.
 
     python benchmarks/engine_benchmark.py [--model default] [--dtype auto] [--batch-sizes 1,16,64,256]
-        [--forward own,fallback] [--samplings "T=1;T=0.7,top_p=0.9,top_k=50"] [--peers hf,ct2-float32,ct2-int8]
+        [--forward own,unpacked,compiled,fallback] [--samplings "T=1;T=0.7,top_p=0.9,top_k=50"] [--peers hf,ct2-float32,ct2-int8]
         [--repeats 3] [--prompt-tokens N]
 
 --samplings separates settings with `;` (a setting's own name holds commas).
@@ -17,8 +17,11 @@ with the same temperature, top-k and top-p (`sampling_topk=0`: no top-k cut, as 
 an id, a directory, a .gguf), or `shape:qwen3-0.6b`: a Qwen3 causal LM with Qwen3-0.6B's published
 shape and random weights (decode speed does not depend on the weights' values), with the default
 model's tokenizer for the prompt. --forward picks the engine's forward passes to time against HF:
-`own` (the engine's fast path for the model's architecture, `engine.FAST_PATHS`) and `fallback`
-(`hf_forward.HFForward`, the path every other causal LM takes).
+`own` (the engine's fast path for the model's architecture, `engine.FAST_PATHS`, as the CLI runs
+it), `unpacked` (the same with `F.linear` on the weights as they are: the step before
+`engine/linear.py` packed them), `compiled` (the same with `--compile on`, `engine/compiled.py`; its
+first call, the compile included, is printed) and `fallback` (`hf_forward.HFForward`, the path every
+other causal LM takes).
 
 For each batch size and sampling setting every engine samples exactly --new-tokens tokens per row
 from the same prompt (stop tokens disabled, HF with min_new_tokens), after a warm-up. The
@@ -82,18 +85,25 @@ def build_engine(model: str, dtype: str) -> Engine:
 
 
 def forward_engines(engine: Engine, names: list[str]) -> dict[str, Engine]:
-    """The engine once per forward pass in `names` ("own": its own; "fallback": HFForward), sharing one model."""
+    """The engine once per forward pass in `names`, sharing one model: "own" (its own, as the CLI
+    runs it), "unpacked" (its own with F.linear on the weights as they are, `engine/linear.py`),
+    "compiled" (its own with --compile on, `engine/compiled.py`), "fallback" (HFForward)."""
     engines = {}
     for name in names:
         if name == "own":
             engines[f"specrej ({engine.forward_kind})"] = engine
+        elif name in ("unpacked", "compiled"):
+            variant = copy.copy(engine)
+            variant.forward = type(engine.forward)(engine.model, compile=name == "compiled",
+                                                   pack_weights=name != "unpacked")
+            engines[f"specrej ({name})"] = variant
         elif name == "fallback":
             fallback = copy.copy(engine)
             fallback.forward = HFForward(engine.model)
             fallback.forward_kind = fallback.forward.kind
             engines["specrej (fallback)"] = fallback
         else:
-            raise SystemExit(f"--forward: unknown forward pass {name!r} (own, fallback)")
+            raise SystemExit(f"--forward: unknown forward pass {name!r} (own, unpacked, compiled, fallback)")
     return engines
 
 
@@ -239,7 +249,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                         help="auto: what the CLI picks on this machine")
     parser.add_argument("--batch-sizes", default="1,16,64,256")
-    parser.add_argument("--forward", default="own", help="comma-separated: own, fallback")
+    parser.add_argument("--forward", default="own", help="comma-separated: own, unpacked, compiled, fallback")
     parser.add_argument("--samplings", default=SAMPLINGS_SEPARATOR.join(SAMPLINGS),
                         help=f"separated by {SAMPLINGS_SEPARATOR!r}, of: {' | '.join(SAMPLINGS)}")
     parser.add_argument("--peers", default="hf", help="comma-separated: hf, " + ", ".join(
@@ -290,14 +300,19 @@ def main() -> None:
         print(f"# {label}: converted by ctranslate2's TransformersConverter in {seconds:.1f} s")
     print(f"{'batch':>5} {'peak GFLOP/s':>12} {'sampling':<26} {'engine':<20} {'tok/s':>7} {'HF tok/s':>9} "
           f"{'ratio':>6} {'%peak':>6}")
-    rows_out = []
+    rows_out, warm_up_s = [], {}
     flops = 2 * params / 1e9
     for rows in (int(x) for x in args.batch_sizes.split(",")):
         peak = matmul_peak_gflops(decode_gemm_shapes(engine), rows, dtype)
         for name, sampling in samplings.items():
             timings = {label: [] for label in timers}
-            for timer in timers.values():  # warm-up at this shape
+            for label, timer in timers.items():  # warm-up at this shape (the first: a compiled step's compile)
+                tic = time.perf_counter()
                 timer(prompt_ids, rows, 4, sampling)
+                if label not in warm_up_s:
+                    warm_up_s[label] = time.perf_counter() - tic
+                    if label == "specrej (compiled)":
+                        print(f"# specrej (compiled): first call, compile included: {warm_up_s[label]:.1f} s", flush=True)
             for _ in range(args.repeats):
                 for label, timer in timers.items():
                     timings[label].append(timer(prompt_ids, rows, args.new_tokens, sampling))
@@ -320,7 +335,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"command": sys.argv, "model": args.model, "dtype": str(dtype), "repeats": args.repeats,
-                       "prompt_tokens": len(prompt_ids), "ct2_convert_s": converted, "decode": rows_out,
+                       "prompt_tokens": len(prompt_ids), "ct2_convert_s": converted, "first_call_s": warm_up_s,
+                       "decode": rows_out,
                        **prune}, handle, indent=1)
 
 

@@ -7,6 +7,7 @@ with both rules on the same prompts and seeds and prints b_init, the decision to
 generated, seconds and the chosen response's reward. Reproduce:
 
     .venv/bin/python benchmarks/init_batch_rule.py [--prompts examples/study_prompts.json] [--count 2]
+        [--memory-budget SIZE]
 """
 
 import argparse
@@ -15,7 +16,7 @@ import time
 import torch
 
 from specrej import LogProbReward, SamplingParams, load_engine, speculative_rejection
-from specrej.engine.budget import default_memory_budget, format_size
+from specrej.engine.budget import default_memory_budget, format_size, parse_size
 from specrej.records.io import read_prompts
 
 UNCAPPED = 10**9  # the old rule: capacity // min_tokens, no cap
@@ -28,10 +29,12 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--dtype", default="float32", help="the CLI's CPU default")
+    parser.add_argument("--memory-budget", type=parse_size, default=None,
+                        help="the KV budget (default: the CLI's CPU default, a quarter of free RAM, at most 1 GiB)")
     args = parser.parse_args()
     engine = load_engine("default", dtype=args.dtype, device="cpu")
-    budget = default_memory_budget(engine.device)
-    print(f"budget {format_size(budget)} (CPU default), alpha {args.alpha}, {args.max_new_tokens} new tokens, "
+    budget = args.memory_budget or default_memory_budget(engine.device)
+    print(f"budget {format_size(budget)} ({'given' if args.memory_budget else 'CPU default'}), alpha {args.alpha}, {args.max_new_tokens} new tokens, "
           f"{args.dtype}")
     print("| prompt | rule | b_init | decision tokens | tokens generated | seconds | reward |")
     print("|---|---|---|---|---|---|---|")

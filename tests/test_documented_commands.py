@@ -46,13 +46,13 @@ SIZE_ARGS = {
     "specrej score-prefixes": ["--model", "{generator}", "--decision-tokens", "2,4"],
     # the real default model, whatever the arguments: slow (doctor's smoke run loads it when it is cached)
     "python benchmarks/bf16_logprob_tolerance.py": ["--count", "1", "--n", "2", "--max-new-tokens", "4"],
-    "python benchmarks/init_batch_rule.py": ["--count", "1", "--max-new-tokens", "16"],
+    "python benchmarks/init_batch_rule.py": ["--count", "1", "--max-new-tokens", "16", "--memory-budget", "16MiB"],
     "python benchmarks/st_bon_agreement.py": [],
-    "python benchmarks/compile_decode_step.py": ["--batch-sizes", "1", "--new-tokens", "2"],
+    "python benchmarks/profile_decode_step.py": ["--model", "{generator}", "--batch-sizes", "2", "--new-tokens", "2"],
     "specrej doctor": [],
 }
 SLOW = {"python benchmarks/bf16_logprob_tolerance.py", "python benchmarks/init_batch_rule.py",
-        "python benchmarks/st_bon_agreement.py", "python benchmarks/compile_decode_step.py", "specrej doctor"}
+        "python benchmarks/st_bon_agreement.py", "specrej doctor"}
 METHOD_SIZE_ARGS = {"bon": ["--n", "4", "--batch-size", "4"], "sr": ["--max-init-batch", "16"]}
 
 
