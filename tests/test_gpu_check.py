@@ -37,12 +37,15 @@ def test_make_gpu_check_tiny_writes_one_report_with_every_section(tmp_path):
     assert [row["batch"] for row in sections["engine_vs_hf"]["rows"]] == [2, 4]
     assert all(row["engine_tok_s"] > 0 and row["hf_tok_s"] > 0 for row in sections["engine_vs_hf"]["rows"])
     assert sections["sr_vs_bon"]["sr_over_bon_wall"] > 0
-    # no CUDA: the compiled step is skipped with its one-line reason, and nothing failed
-    assert sections["compiled_step"] == {"status": "skipped",
-                                         "reason": "CUDA graphs need a CUDA device (this run: cpu)"}
-    assert {s["status"] for name, s in sections.items() if name != "compiled_step"} == {"ok"}
+    # no CUDA: the engine's compiled step (inductor's C++) beside its eager one; HF's CUDA graphs
+    # skipped with their one-line reason; nothing failed
+    compiled = sections["compiled_step"]
+    assert compiled["engine_compiled_tok_s"] > 0 and compiled["engine_eager_tok_s"] > 0 and compiled["engine_compile_s"] > 0
+    assert compiled["hf_static"] == "CUDA graphs need a CUDA device (this run: cpu)"
+    assert {s["status"] for s in sections.values()} == {"ok"}
     markdown = (out / "report.md").read_text()
-    assert "## compiled_step: skipped" in markdown and "gemma3_text: max |logit error|" in markdown
+    assert "## compiled_step: ok" in markdown and "- HF static cache: CUDA graphs need a CUDA device" in markdown
+    assert "gemma3_text: max |logit error|" in markdown
 
 
 def test_a_failed_section_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
@@ -58,10 +61,11 @@ def test_a_failed_section_is_reported_and_the_others_still_run(tmp_path, monkeyp
     monkeypatch.setattr(gpu_check, "check_engine_vs_hf", lambda *a: ran.append("engine_vs_hf") or {
         "ok": True, "rows": [], "params": 0})
     monkeypatch.setattr(gpu_check, "check_sr_vs_bon", broken)
+    monkeypatch.setattr(gpu_check, "check_compiled_step", broken)
     status = gpu_check.main(["--tiny", "--out", str(tmp_path)])
     sections = json.loads((tmp_path / "report.json").read_text())["sections"]
     assert status == 1 and ran == ["engine_vs_hf"]
-    assert [s["status"] for s in sections.values()] == ["failed", "failed", "ok", "failed", "skipped"]
+    assert [s["status"] for s in sections.values()] == ["failed", "failed", "ok", "failed", "failed"]
     assert sections["memory"]["error"] == "RuntimeError: the allocator said no"
     assert "`RuntimeError: the allocator said no`" in (tmp_path / "report.md").read_text()
 
@@ -72,5 +76,4 @@ def test_sections_not_started_by_the_deadline_are_skipped_with_the_reason(tmp_pa
 
     assert gpu_check.main(["--tiny", "--out", str(tmp_path), "--deadline-s", "0"]) == 0
     sections = json.loads((tmp_path / "report.json").read_text())["sections"]
-    assert all(s == {"status": "skipped", "reason": "not started: 0 s deadline passed"}
-               for name, s in sections.items() if name != "compiled_step")
+    assert all(s == {"status": "skipped", "reason": "not started: 0 s deadline passed"} for s in sections.values())
