@@ -5,8 +5,9 @@ format at every call; at decode shapes (a few dozen rows against a weight of a f
 a large part of the GEMM. Packing each weight once (`torch.ops.mkldnn._reorder_linear_weight`, what
 inductor's CPU freezing does) and calling oneDNN's linear on the packed weight
 (`torch.ops.mkldnn._linear_pointwise`) runs the same kernel without the copy: the outputs are the
-same bits as `F.linear`'s (checked at every shape a decode or prefill of the engine's models runs,
-tests/test_fast_paths.py), at 1.2-1.6x the speed measured at 16-64 rows (docs/results.md).
+same bits as `F.linear`'s (tests/test_fast_paths.py: prefill and decode at 1-33 rows on Qwen3 and
+Gemma 3), 1.3x faster at 16 rows (docs/results.md); above PACKED_MAX_ROWS rows
+the weight as it is is faster, and is used.
 
 Elsewhere (float32, where MKL's own packed GEMM measured no faster; CUDA; a CPU without native
 bfloat16 oneDNN kernels) the weights stay as they are and `F.linear` runs. The packed copies sit
@@ -15,6 +16,8 @@ engine holds its linear weights twice.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,14 +30,29 @@ def packs(device: torch.device, dtype: torch.dtype) -> bool:
             and hasattr(torch.ops.mkldnn, "_linear_pointwise") and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def pack(weight: torch.Tensor) -> torch.Tensor:
-    """`weight` [out, in] in oneDNN's blocked layout, for `packed_linear`."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+# Above this many rows oneDNN's own per-call layout measured faster than the packed weight (engine
+# benchmark, 2 threads: 1.27x at 16 rows, 1.02x at 64, 0.92x at 256), so larger GEMMs (SR's
+# initial batches, prefill) take the weight as it is; both give the same bits.
+PACKED_MAX_ROWS = 64
 
 
-def packed_linear(x: torch.Tensor, packed_weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """`F.linear(x, weight, bias)` with the weight as `pack` laid it out."""
-    return torch.ops.mkldnn._linear_pointwise(x, packed_weight, bias, "none", [], "")
+class PackedWeight(NamedTuple):
+    """A weight as it is (for `F.linear`) and packed into oneDNN's blocked layout."""
+
+    weight: torch.Tensor
+    packed: torch.Tensor
+
+
+def pack(weight: torch.Tensor) -> PackedWeight:
+    """`weight` [out, in] with its packed copy, for `packed_linear`."""
+    return PackedWeight(weight, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
+
+
+def packed_linear(x: torch.Tensor, weight: PackedWeight, bias: torch.Tensor | None) -> torch.Tensor:
+    """`F.linear(x, weight.weight, bias)`, on the packed weight up to PACKED_MAX_ROWS rows of x."""
+    if x.numel() > PACKED_MAX_ROWS * x.shape[-1]:
+        return F.linear(x, weight.weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, weight.packed, bias, "none", [], "")
 
 
 def linear_for(device: torch.device, dtype: torch.dtype, allow_packing: bool = True):
