@@ -20,16 +20,16 @@ from plan import BLOCK_METHODS, Plan, local_judge, pair_labels
 
 GENERATION_RULES = ("bon_shard", "bon_direct", "method_run")
 
-# The 2-core CPU that the default study was timed on (`make study`, config/all-methods.yaml's
-# settings, two jobs at a time: 1631 s for 45 jobs); each job's seconds from its benchmark file.
+# The 2-core CPU that the default study was timed on (its 45 jobs on the first 8 prompts, two jobs at a
+# time: 540 s, 2026-12-03); each job's seconds from its benchmark file, per prompt and decode step.
 MEASURED_CORES = 2
 GENERATION_START_S = 5.9  # a generation job's seconds beyond its decode steps: loading the model
-FALLBACK_STEP_S = 0.139  # per prompt and decode step, for a method that declares no step_seconds (SR's)
-FALLBACK_BON_STEP_S = 0.093  # Best-of-N's per prompt and decode step of BON_MEASURED_ROWS rows
+FALLBACK_STEP_S = 0.129  # per prompt and decode step, for a method that declares no step_seconds (SR's)
+FALLBACK_BON_STEP_S = 0.074  # Best-of-N's per prompt and decode step of BON_MEASURED_ROWS rows
 BON_MEASURED_ROWS = 16  # the rows per prompt that Best-of-N's step_seconds was measured at
 SCORE_PREFIXES_S = 4.2  # one chunk's prefixes under the log-prob reward
 FETCH_MODEL_S = 31.0  # the default model's fetch and conversion, first use
-JUDGE_COMPARISON_S = 0.52  # Table 1's local judge (local:default), per response pair
+JUDGE_COMPARISON_S = 0.48  # Table 1's local judge (local:default), per response pair
 ANALYSIS_JOB_S = 0.94  # any other job (merges, statistics, tables, figures)
 SNAKEMAKE_JOB_S = 3.3  # per job, Snakemake's own time and the report
 
@@ -83,7 +83,7 @@ def study_overview(config: dict, plan: Plan, study: list[tuple[str, dict]], left
               f"{config['sampling']['max_new_tokens']} new tokens per response"),
              f"specrej:   {'; '.join(_method_summaries(config, plan))}",
              (f"specrej:   {_duration(jobs_seconds(config, plan, study))} from an empty "
-              f"{config['results_dir']}/ on a 2-core CPU (SmolLM2-135M's per-job times, measured 2026-12-01"
+              f"{config['results_dir']}/ on a 2-core CPU (SmolLM2-135M's per-job times, measured 2026-12-03"
               f"{'; larger models take longer' if larger else ''}); a GPU is faster")]
     if len(left) < len(study):
         lines.append(f"specrej:   this run has {len(left)} of them left, "

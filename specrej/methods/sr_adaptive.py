@@ -49,5 +49,5 @@ ADAPTIVE = register(Method(
     batch_param="batch_size",
     record_method="sr",
     setting_keys=("delta",),
-    step_seconds=0.139,
+    step_seconds=0.129,
 ))
