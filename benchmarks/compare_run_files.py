@@ -1,7 +1,8 @@
 """Compare every run file of two results/ directories record by record: the check that a change
-to the engine or the methods left the outputs as they were.
+to the engine or the methods left the outputs as they were, and, where outputs may differ by
+design (a compiled decode step), by how much.
 
-    python benchmarks/compare_run_files.py BEFORE/results AFTER/results
+    python benchmarks/compare_run_files.py BEFORE/results AFTER/results [--tokens] [--summary]
 
 Records are compared as parsed JSON, ignoring what differs between any two runs (`timing`) and
 the fields that newer versions add: the top-level flops, and every params field that the BEFORE
@@ -10,15 +11,31 @@ setting's keys written flat, ...); those are listed. Every other field, every pa
 BEFORE record has included, must be equal. Prints the files in both, how many are identical,
 each file that differs with the keys that do, the params fields only AFTER has, and the files
 only one side has.
+
+`--tokens`: over every record of the files in both, how many sampled tokens the two runs share:
+each candidate's token ids are compared up to its first differing token, after which its
+continuation (and, for SR, which rows are halted) is a different sample.
+`--summary`: each estimate of AFTER's metrics/summary.csv that has a confidence interval (the
+score improvement and the FLOP speedups; not the wall-time ones, which a slower or faster run
+moves) against BEFORE's interval for the same method and setting.
+Exit status: 1 if a file differs (with --tokens or --summary: only if an estimate falls outside
+BEFORE's interval), else 0.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 IGNORED = {"timing", "flops"}
+# summary.csv estimates with a prompt-bootstrap interval (`<name>_lo`, `<name>_hi`) that do not
+# depend on wall time
+SUMMARY_ESTIMATES = ("improvement", "relative_flops", "flops_speedup_vs_largest_bon")
+SUMMARY_KEY = ["pair_key", "method", "setting"]
 
 
 def comparable(record: dict, params_kept: set | None = None) -> dict:
@@ -54,7 +71,94 @@ def differing_keys(before: list[dict], after: list[dict]) -> list[str]:
     return sorted(keys)
 
 
-def main(before: Path, after: Path) -> int:
+def token_agreement(before: list[dict], after: list[dict]) -> dict:
+    """How far two runs of the same records sampled the same tokens.
+
+    Records are paired by prompt_id and candidates by id. For each candidate in both, its tokens
+    agree up to the first position where the token ids differ (or where the shorter one ends).
+    Returns: candidates (in both), identical (same token ids throughout), tokens (the tokens
+    BEFORE sampled for those candidates), shared (of them, those before each candidate's first
+    difference), first_difference (per differing candidate, the position of its first differing
+    token), best_changed (records whose best candidate id differs)."""
+    after_by_prompt = {record["prompt_id"]: record for record in after}
+    out = {"candidates": 0, "identical": 0, "tokens": 0, "shared": 0, "first_difference": [], "best_changed": 0}
+    for old in before:
+        new = after_by_prompt.get(old["prompt_id"])
+        if new is None:
+            continue
+        out["best_changed"] += (old.get("best") or {}).get("candidate_id") != (new.get("best") or {}).get("candidate_id")
+        new_tokens = {c["id"]: c["token_ids"] for c in new["candidates"]}
+        for candidate in old["candidates"]:
+            if candidate["id"] not in new_tokens:
+                continue
+            a, b = candidate["token_ids"], new_tokens[candidate["id"]]
+            agree = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            out["candidates"] += 1
+            out["tokens"] += len(a)
+            out["shared"] += agree
+            if a == b:
+                out["identical"] += 1
+            else:
+                out["first_difference"].append(agree)
+    return out
+
+
+def summary_against_intervals(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
+    """Per method and setting in both summaries, and per SUMMARY_ESTIMATES column with an interval
+    in BEFORE: BEFORE's estimate and interval, AFTER's estimate, and whether it lies inside."""
+    merged = before.merge(after, on=SUMMARY_KEY, suffixes=("_before", "_after"))
+    rows = []
+    for _, row in merged.iterrows():
+        for name in SUMMARY_ESTIMATES:
+            low, high = row.get(f"{name}_lo_before"), row.get(f"{name}_hi_before")
+            if low is None or pd.isna(low) or pd.isna(high):
+                continue
+            value = row[f"{name}_after"]
+            rows.append({"method_label": row["method_label_before"], "estimate": name,
+                         "before": row[f"{name}_before"], "before_lo": low, "before_hi": high,
+                         "after": value, "inside": bool(low <= value <= high)})
+    return pd.DataFrame(rows, columns=["method_label", "estimate", "before", "before_lo", "before_hi", "after", "inside"])
+
+
+def print_token_report(before: Path, after: Path, files: list[Path]) -> None:
+    print(f"\ntokens sampled alike (--tokens), per run file: candidates with identical token ids / in both; "
+          f"tokens before each candidate's first difference / tokens {before} sampled; records whose best candidate changed")
+    total = {"candidates": 0, "identical": 0, "tokens": 0, "shared": 0, "first_difference": [], "best_changed": 0}
+    for relative in files:
+        agreement = token_agreement(read(before / relative), read(after / relative))
+        for key in total:
+            total[key] += agreement[key]
+        print(f"  {relative}: {agreement['identical']}/{agreement['candidates']} candidates; "
+              f"{agreement['shared']}/{agreement['tokens']} tokens; best changed in {agreement['best_changed']}")
+    firsts = sorted(total["first_difference"])
+    where = (f"; a differing candidate's first differing token: median position {firsts[len(firsts) // 2]}, "
+             f"earliest {firsts[0]}" if firsts else "")
+    shared = total["shared"] / total["tokens"] if total["tokens"] else float("nan")
+    print(f"all: {total['identical']}/{total['candidates']} candidates identical; {total['shared']}/{total['tokens']} "
+          f"tokens ({shared:.1%}) sampled before their candidate's first difference{where}; "
+          f"best candidate changed in {total['best_changed']} records")
+
+
+def print_summary_report(before: Path, after: Path) -> bool:
+    """Prints the estimates against the intervals; True if every one lies inside."""
+    table = summary_against_intervals(pd.read_csv(before / "metrics/summary.csv"),
+                                      pd.read_csv(after / "metrics/summary.csv"))
+    print(f"\n{after}'s estimates against {before}'s confidence intervals (--summary):")
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(f"{int(table['inside'].sum())} of {len(table)} inside")
+    return bool(table["inside"].all())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("before", type=Path)
+    parser.add_argument("after", type=Path)
+    parser.add_argument("--tokens", action="store_true", help="how many sampled tokens the two runs share")
+    parser.add_argument("--summary", action="store_true",
+                        help="AFTER's metrics/summary.csv estimates against BEFORE's confidence intervals")
+    args = parser.parse_args(argv)
+    before, after = args.before, args.after
     files_before = {p.relative_to(before) for p in before.glob("runs/**/*.jsonl")}
     files_after = {p.relative_to(after) for p in after.glob("runs/**/*.jsonl")}
     both = sorted(files_before & files_after)
@@ -71,10 +175,17 @@ def main(before: Path, after: Path) -> int:
     print(f"params fields only in {after}'s records (not compared): {', '.join(sorted(added)) or 'none'}")
     print(f"only in {before}: {', '.join(map(str, sorted(files_before - files_after))) or 'none'}")
     print(f"only in {after}: {', '.join(map(str, sorted(files_after - files_before))) or 'none'}")
+    if args.tokens:
+        # each generation job's own file (a merged file repeats its chunks' records, and Best-of-N's
+        # larger N repeat the smaller's shards); a directory without chunk files: every file
+        chunks = [f for f in both if f.name.startswith("chunk")]
+        print_token_report(before, after, chunks or both)
+    if args.summary:
+        return 0 if print_summary_report(before, after) else 1
+    if args.tokens:
+        return 0
     return 1 if differ else 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2])))
+    sys.exit(main())

@@ -2,7 +2,7 @@
 
     python benchmarks/engine_benchmark.py [--model default] [--dtype auto] [--batch-sizes 1,16,64,256]
         [--forward own,unpacked,compiled,fallback] [--samplings "T=1;T=0.7,top_p=0.9,top_k=50"] [--peers hf,ct2-float32,ct2-int8]
-        [--repeats 3] [--prompt-tokens N]
+        [--repeats 3] [--prompt-tokens N] [--llamacpp-converter PATH/convert_hf_to_gguf.py]
 
 --samplings separates settings with `;` (a setting's own name holds commas).
 --peers: the other engines timed beside this one. `hf` is Hugging Face `generate` on the same model
@@ -12,6 +12,12 @@ engine loads (for the default GGUF model, its de-quantised conversion in the mod
 compute type; CTranslate2 has no bfloat16 on a CPU, so its float32 is the row to compare, and its int8
 rows are a different model (quantised weights), not a like-for-like comparison. CTranslate2 samples
 with the same temperature, top-k and top-p (`sampling_topk=0`: no top-k cut, as top_k=0 here).
+`llamacpp-bf16` and `llamacpp-f32` are llama.cpp through llama-cpp-python's low-level API (it has no
+wheel on PyPI: `pip install llama-cpp-python` builds its sdist, 6.4 min on this 2-core machine), on
+the same weights converted by llama.cpp's own `convert_hf_to_gguf.py` (given as
+--llamacpp-converter; it ships in the sdist's vendor/llama.cpp, with the gguf-py it imports) to that
+type. Every row is a sequence of one batch whose prompt KV is shared (`llama_memory_seq_cp`), and
+llama.cpp's sampler chain draws each row's token with the same temperature, top-k and top-p.
 
 --model is anything `specrej generate --model` takes (a name such as `default` or `gemma3-270m`,
 an id, a directory, a .gguf), or `shape:qwen3-0.6b`: a Qwen3 causal LM with Qwen3-0.6B's published
@@ -43,8 +49,10 @@ import argparse
 import copy
 import functools
 import json
+import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +71,7 @@ PROMPT = "Write a short story about a robot who learns to paint."
 SAMPLINGS = {"T=1": SamplingParams(), "T=0.7,top_p=0.9,top_k=50": SamplingParams(temperature=0.7, top_p=0.9, top_k=50)}
 SAMPLINGS_SEPARATOR = ";"  # a sampling's name holds commas
 CT2_COMPUTE_TYPES = ("float32", "int8", "int8_float32")
+LLAMACPP_TYPES = ("bf16", "f32")  # convert_hf_to_gguf.py --outtype: the engine's bfloat16 and float32
 # published shapes of models whose speed is measured on random weights (config.json of each)
 SHAPES = {"qwen3-0.6b": dict(model_type="qwen3", num_hidden_layers=28, hidden_size=1024, num_attention_heads=16,
                              num_key_value_heads=8, head_dim=128, intermediate_size=3072, vocab_size=151936,
@@ -172,6 +181,89 @@ def time_hf(model, prompt_ids, rows: int, new_tokens: int, sampling: SamplingPar
     return elapsed
 
 
+class LlamaCppPeer:
+    """llama.cpp on the engine's model, converted once to a GGUF of `outtype` by its own converter.
+
+    A timed call builds a context with one sequence per row, prefills the prompt once as sequence 0
+    and shares its KV with the others (`llama_memory_seq_cp`), then per step samples every row from
+    its logits with a sampler chain (top-k, top-p, temperature, a seeded draw) and decodes one batch
+    of the rows' tokens, as the engine does."""
+
+    def __init__(self, model_dir: str, outtype: str, converter: str | None, workdir: Path):
+        try:
+            import llama_cpp
+        except ImportError:
+            raise SystemExit("--peers: llama-cpp-python is not installed (pip install llama-cpp-python "
+                             "builds llama.cpp from its sdist)") from None
+        if converter is None or not Path(converter).is_file():
+            raise SystemExit("--peers llamacpp-*: --llamacpp-converter must name llama.cpp's convert_hf_to_gguf.py "
+                             f"(in llama-cpp-python's sdist, vendor/llama.cpp/), got {converter!r}")
+        self.llama_cpp = llama_cpp
+        # llama.cpp logs every context it builds to stderr; the benchmark prints its own lines only
+        self._quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)
+        llama_cpp.llama_log_set(self._quiet, None)
+        gguf = workdir / f"llamacpp-{outtype}.gguf"
+        source = Path(converter).parent
+        tic = time.perf_counter()
+        subprocess.run([sys.executable, converter, model_dir, "--outtype", outtype, "--outfile", str(gguf)],
+                       check=True, capture_output=True, env={**os.environ, "PYTHONPATH": f"{source}:{source / 'gguf-py'}"})
+        self.convert_s = time.perf_counter() - tic
+        llama_cpp.llama_backend_init()
+        self.model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), llama_cpp.llama_model_default_params())
+        if not self.model:
+            raise SystemExit(f"--peers: llama.cpp could not load {gguf}")
+
+    def time(self, prompt_ids, rows: int, new_tokens: int, sampling: SamplingParams) -> float:
+        """Seconds for prefill + exactly `new_tokens` sampled tokens for each of `rows` rows."""
+        L = self.llama_cpp
+        params = L.llama_context_default_params()
+        params.n_ctx = len(prompt_ids) + rows * new_tokens + 256
+        params.n_batch = params.n_ubatch = max(len(prompt_ids), rows)
+        params.n_seq_max, params.kv_unified = rows, True
+        params.n_threads = params.n_threads_batch = torch.get_num_threads()
+        context = L.llama_init_from_model(self.model, params)
+        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        if sampling.top_k:
+            L.llama_sampler_chain_add(chain, L.llama_sampler_init_top_k(sampling.top_k))
+        if sampling.top_p < 1:
+            L.llama_sampler_chain_add(chain, L.llama_sampler_init_top_p(sampling.top_p, 1))
+        L.llama_sampler_chain_add(chain, L.llama_sampler_init_temp(sampling.temperature))
+        L.llama_sampler_chain_add(chain, L.llama_sampler_init_dist(0))
+        batch = L.llama_batch_init(params.n_batch, 0, 1)
+        sampled = 0
+        try:
+            tic = time.perf_counter()
+            self._fill(batch, [(token, pos, 0, pos == len(prompt_ids) - 1) for pos, token in enumerate(prompt_ids)])
+            assert L.llama_decode(context, batch) == 0
+            memory = L.llama_get_memory(context)
+            for row in range(1, rows):
+                L.llama_memory_seq_cp(memory, 0, row, -1, -1)
+            logits_at = [len(prompt_ids) - 1] * rows  # the batch index each row samples from
+            for step in range(new_tokens):
+                tokens = [L.llama_sampler_sample(chain, context, index) for index in logits_at]
+                sampled += len(tokens)
+                if step == new_tokens - 1:
+                    break
+                self._fill(batch, [(token, len(prompt_ids) + step, row, True) for row, token in enumerate(tokens)])
+                assert L.llama_decode(context, batch) == 0
+                logits_at = list(range(rows))
+            elapsed = time.perf_counter() - tic
+        finally:
+            L.llama_batch_free(batch)
+            L.llama_sampler_free(chain)
+            L.llama_free(context)
+        assert sampled == rows * new_tokens
+        return elapsed
+
+    @staticmethod
+    def _fill(batch, entries) -> None:
+        """(token, position, sequence, logits wanted) per entry."""
+        for i, (token, pos, seq, logits) in enumerate(entries):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, logits
+            batch.seq_id[i][0] = seq
+        batch.n_tokens = len(entries)
+
+
 class CTranslate2Peer:
     """CTranslate2's `Generator` on the engine's model, converted once into a temporary directory."""
 
@@ -253,7 +345,9 @@ def main() -> None:
     parser.add_argument("--samplings", default=SAMPLINGS_SEPARATOR.join(SAMPLINGS),
                         help=f"separated by {SAMPLINGS_SEPARATOR!r}, of: {' | '.join(SAMPLINGS)}")
     parser.add_argument("--peers", default="hf", help="comma-separated: hf, " + ", ".join(
-        f"ct2-{compute_type}" for compute_type in CT2_COMPUTE_TYPES) + " (CTranslate2)")
+        f"ct2-{compute_type}" for compute_type in CT2_COMPUTE_TYPES) + " (CTranslate2), " + ", ".join(
+        f"llamacpp-{outtype}" for outtype in LLAMACPP_TYPES) + " (llama.cpp)")
+    parser.add_argument("--llamacpp-converter", help="llama.cpp's convert_hf_to_gguf.py, for the llamacpp-* peers")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prompt-tokens", type=int, help="a prompt of at least this many tokens (default: the short prompt)")
     parser.add_argument("--repeats", type=int, default=3, help="each time is the best of this many rounds")
@@ -282,10 +376,17 @@ def main() -> None:
     for peer in peers:
         if peer == "hf":
             continue
+        if peer.removeprefix("llamacpp-") in LLAMACPP_TYPES:
+            llamacpp = LlamaCppPeer(model_dir_of(args.model, engine, workdir), peer.removeprefix("llamacpp-"),
+                                    args.llamacpp_converter, workdir)
+            timers[peer] = llamacpp.time
+            converted[peer] = llamacpp.convert_s
+            continue
         compute_type = peer.removeprefix("ct2-")
         if not peer.startswith("ct2-") or compute_type not in CT2_COMPUTE_TYPES:
             raise SystemExit(f"--peers: unknown peer {peer!r} (hf, "
-                             + ", ".join(f"ct2-{c}" for c in CT2_COMPUTE_TYPES) + ")")
+                             + ", ".join(f"ct2-{c}" for c in CT2_COMPUTE_TYPES) + ", "
+                             + ", ".join(f"llamacpp-{t}" for t in LLAMACPP_TYPES) + ")")
         ct2 = CTranslate2Peer(engine, model_dir_of(args.model, engine, workdir), compute_type, workdir)
         timers[f"ct2 {compute_type}"] = ct2.time
         converted[f"ct2 {compute_type}"] = ct2.convert_s
@@ -297,7 +398,8 @@ def main() -> None:
           f"matmul peak: the fastest decode GEMM at that batch size ({dtype}); "
           f"ct2 int8 % of peak is against the same {dtype} peak (a different kernel class: read it as a scale)")
     for label, seconds in converted.items():
-        print(f"# {label}: converted by ctranslate2's TransformersConverter in {seconds:.1f} s")
+        converter = "llama.cpp's convert_hf_to_gguf.py" if label.startswith("llamacpp") else "ctranslate2's TransformersConverter"
+        print(f"# {label}: converted by {converter} in {seconds:.1f} s")
     print(f"{'batch':>5} {'peak GFLOP/s':>12} {'sampling':<26} {'engine':<20} {'tok/s':>7} {'HF tok/s':>9} "
           f"{'ratio':>6} {'%peak':>6}")
     rows_out, warm_up_s = [], {}

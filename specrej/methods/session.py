@@ -229,7 +229,7 @@ class Session:
         self.score_final([c for c in self.candidates if c.complete and c.final_score is None])
         params = {**params, "memory_budget": self.memory_budget, "seed": self.seed, **asdict(self.sampling),
                   "forward": self.engine.forward_kind}  # which forward pass ran: llama | hf
-        if self.engine.compiled:  # its tokens may differ from an eager run's in the last bits (engine/compiled.py)
+        if self.engine.compiled:  # its tokens differ from an eager run's (engine/compiled.py)
             params["compiled"] = True
         return Result(
             prompt=self.prompt, method=method, params=params, candidates=self.candidates, rounds=list(self.rounds),

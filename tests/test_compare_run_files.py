@@ -1,0 +1,59 @@
+"""benchmarks/compare_run_files.py's token and interval reports, on hand-made records."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import compare_run_files
+
+
+def record(prompt_id: str, best: int, candidates: dict[int, list[int]]) -> dict:
+    return {"prompt_id": prompt_id, "best": {"candidate_id": best},
+            "candidates": [{"id": i, "token_ids": tokens} for i, tokens in candidates.items()]}
+
+
+def test_tokens_agree_up_to_each_candidates_first_difference():
+    before = [record("a", 0, {0: [5, 6, 7, 8], 1: [1, 2, 3]}), record("b", 2, {2: [9, 9]})]
+    # a/0 the same; a/1 differs at position 1; b/2 is a prefix of the longer new stream; candidate 3
+    # and prompt c are on one side only
+    after = [record("b", 3, {2: [9, 9, 4], 3: [1]}), record("a", 0, {0: [5, 6, 7, 8], 1: [1, 4, 3]}),
+             record("c", 0, {0: [1]})]
+    agreement = compare_run_files.token_agreement(before, after)
+    # by hand: candidates a/0, a/1, b/2; tokens 4 + 3 + 2 = 9, shared 4 + 1 + 2 = 7
+    assert agreement == {"candidates": 3, "identical": 1, "tokens": 9, "shared": 7,
+                         "first_difference": [1, 2], "best_changed": 1}
+
+
+def test_estimates_are_checked_against_the_before_intervals():
+    key = {"pair_key": "p", "method": "sr", "setting": '{"alpha":0.5}', "method_label": "SR"}
+    before = pd.DataFrame([{**key, "improvement": 110.0, "improvement_lo": 105.0, "improvement_hi": 115.0,
+                            "relative_flops": 0.5, "relative_flops_lo": float("nan"), "relative_flops_hi": float("nan"),
+                            "flops_speedup_vs_largest_bon": 4.0, "flops_speedup_vs_largest_bon_lo": 3.0,
+                            "flops_speedup_vs_largest_bon_hi": 5.0}])
+    after = before.assign(improvement=116.0, flops_speedup_vs_largest_bon=3.5)
+    table = compare_run_files.summary_against_intervals(before, after)
+    # relative_flops has no interval, so it is not checked
+    assert table[["estimate", "after", "inside"]].values.tolist() == [
+        ["improvement", 116.0, False], ["flops_speedup_vs_largest_bon", 3.5, True]]
+
+
+def test_the_command_reports_and_exits_on_the_intervals(tmp_path, capsys):
+    for side, tokens, improvement in (("before", [1, 2, 3], 110.0), ("after", [1, 2, 4], 112.0)):
+        runs = tmp_path / side / "runs/pair/sr/alpha0.5"
+        runs.mkdir(parents=True)
+        (runs / "chunk0000.jsonl").write_text(json.dumps(record("a", 0, {0: tokens})) + "\n")
+        (tmp_path / side / "metrics").mkdir()
+        pd.DataFrame([{"pair_key": "p", "method": "sr", "setting": "s", "method_label": "SR",
+                       "improvement": improvement, "improvement_lo": 100.0, "improvement_hi": 111.0}]
+                     ).to_csv(tmp_path / side / "metrics/summary.csv", index=False)
+    status = compare_run_files.main([str(tmp_path / "before"), str(tmp_path / "after"), "--tokens", "--summary"])
+    out = capsys.readouterr().out
+    assert "DIFFERS runs/pair/sr/alpha0.5/chunk0000.jsonl: candidates" in out
+    assert "all: 0/1 candidates identical; 2/3 tokens (66.7%)" in out
+    assert "0 of 1 inside" in out and status == 1
