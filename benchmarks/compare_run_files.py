@@ -71,6 +71,11 @@ def differing_keys(before: list[dict], after: list[dict]) -> list[str]:
     return sorted(keys)
 
 
+def no_agreement() -> dict:
+    """`token_agreement`'s counts before any record."""
+    return {"candidates": 0, "identical": 0, "tokens": 0, "shared": 0, "first_difference": [], "best_changed": 0}
+
+
 def token_agreement(before: list[dict], after: list[dict]) -> dict:
     """How far two runs of the same records sampled the same tokens.
 
@@ -81,7 +86,7 @@ def token_agreement(before: list[dict], after: list[dict]) -> dict:
     difference), first_difference (per differing candidate, the position of its first differing
     token), best_changed (records whose best candidate id differs)."""
     after_by_prompt = {record["prompt_id"]: record for record in after}
-    out = {"candidates": 0, "identical": 0, "tokens": 0, "shared": 0, "first_difference": [], "best_changed": 0}
+    out = no_agreement()
     for old in before:
         new = after_by_prompt.get(old["prompt_id"])
         if new is None:
@@ -123,7 +128,7 @@ def summary_against_intervals(before: pd.DataFrame, after: pd.DataFrame) -> pd.D
 def print_token_report(before: Path, after: Path, files: list[Path]) -> None:
     print(f"\ntokens sampled alike (--tokens), per run file: candidates with identical token ids / in both; "
           f"tokens before each candidate's first difference / tokens {before} sampled; records whose best candidate changed")
-    total = {"candidates": 0, "identical": 0, "tokens": 0, "shared": 0, "first_difference": [], "best_changed": 0}
+    total = no_agreement()
     for relative in files:
         agreement = token_agreement(read(before / relative), read(after / relative))
         for key in total:

@@ -200,9 +200,6 @@ class LlamaCppPeer:
             raise SystemExit("--peers llamacpp-*: --llamacpp-converter must name llama.cpp's convert_hf_to_gguf.py "
                              f"(in llama-cpp-python's sdist, vendor/llama.cpp/), got {converter!r}")
         self.llama_cpp = llama_cpp
-        # a KV stream per sequence, as llama.cpp's server runs parallel sequences; one unified buffer
-        # (the prompt's cells shared) measured 0.4x as fast at 64 rows: each row attends over every cell
-        self.unified = False
         # llama.cpp logs every context it builds to stderr; the benchmark prints its own lines only
         self._quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)
         llama_cpp.llama_log_set(self._quiet, None)
@@ -221,12 +218,12 @@ class LlamaCppPeer:
         """Seconds for prefill + exactly `new_tokens` sampled tokens for each of `rows` rows."""
         L = self.llama_cpp
         params = L.llama_context_default_params()
-        if self.unified:  # one KV buffer: the prompt's cells are shared by every sequence
-            params.n_ctx = len(prompt_ids) + rows * new_tokens + 256
-        else:  # a KV stream per sequence, the prompt copied into each
-            params.n_ctx = rows * (len(prompt_ids) + new_tokens + 256)
+        # a KV stream per sequence, the prompt copied into each, as llama.cpp's server runs parallel
+        # sequences; one unified buffer (the prompt's cells shared) measured 0.4x as fast at 64 rows:
+        # each row attends over every cell
+        params.n_ctx = rows * (len(prompt_ids) + new_tokens + 256)
         params.n_batch = params.n_ubatch = max(len(prompt_ids), rows)
-        params.n_seq_max, params.kv_unified = rows, self.unified
+        params.n_seq_max, params.kv_unified = rows, False
         params.n_threads = params.n_threads_batch = torch.get_num_threads()
         context = L.llama_init_from_model(self.model, params)
         chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
