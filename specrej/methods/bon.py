@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import SpecrejError
 from .base import Display, Method, Param
 from .registry import register
-from .session import Session
+
+if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
+    from .session import Session
 
 
 def best_of_n(session: Session, params) -> dict:

@@ -41,14 +41,19 @@ Where it departs from the official code:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from ..errors import SpecrejError
+from ..records.result import Round
 from .base import Display, Method, Param
 from .registry import register
-from .session import Round, Session
+
+if TYPE_CHECKING:  # the module stays torch-free at import: the workflow reads its declaration
+    import torch
+
+    from .session import Session
 
 
 def token_confidence(top_logprobs: torch.Tensor) -> torch.Tensor:

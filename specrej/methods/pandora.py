@@ -47,14 +47,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import integrate, optimize
 
 from ..errors import SpecrejError
+from ..records.result import Round
 from .base import Display, Method, Param
 from .registry import register
-from .session import Round, Session
+
+if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
+    from .session import Session
 
 TAU_LOW, TAU_HIGH = 0.001, 0.99  # the official search interval for the fair cap
 SCALE_FLOOR = 1e-4  # times the median strength

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
 
 from .base import Display, Method
 from .cuts import num_kept
 from .registry import register
-from .session import Session
 from .sr import ALPHA, schedule_params, speculative_rejection
+
+if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
+    from .session import Session
 
 
 class RandomCut:

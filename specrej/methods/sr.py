@@ -5,12 +5,16 @@ control (`random_halting.py`) and the adaptive cut (`sr_adaptive.py`) run it wit
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import SpecrejError
+from ..records.result import Candidate, Round
 from .base import Display, Method, Param
 from .cuts import DEFAULT_MAX_INIT_BATCH, AlphaCut, Cut
 from .registry import register
-from .session import Candidate, Round, Session
+
+if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
+    from .session import Session
 
 
 def speculative_rejection(session: Session, params, cut: Cut) -> dict:

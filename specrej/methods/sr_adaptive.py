@@ -4,11 +4,15 @@ of the best row's, with a per-round risk delta of halting the row that would end
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import SpecrejError
 from .adaptive_cut import AdaptiveCut
 from .base import Display, Method, Param
 from .registry import register
-from .session import Session
+
+if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
+    from .session import Session
 from .sr import schedule_params, speculative_rejection
 
 

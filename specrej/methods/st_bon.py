@@ -31,14 +31,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
-import torch
-
-from ..engine.decoding import Rollout
 from ..errors import SpecrejError
+from ..records.result import Candidate, Round
 from .base import Display, Method, Param
 from .registry import register
-from .session import Candidate, Round, Session
+
+if TYPE_CHECKING:  # the module stays torch-free at import: the workflow reads its declaration
+    import torch
+
+    from ..engine.decoding import Rollout
+    from .session import Session
 
 _NORM_EPS = 1e-8
 _COS_EPS = 1e-7
@@ -46,15 +50,15 @@ _COS_EPS = 1e-7
 
 def prefixes_distinct(prefixes: torch.Tensor) -> bool:
     """True when the N rows of the [N, t] token tensor are pairwise distinct."""
-    return torch.unique(prefixes, dim=0).shape[0] == prefixes.shape[0]
+    return prefixes.unique(dim=0).shape[0] == prefixes.shape[0]
 
 
 def truncation_point(tokens: torch.Tensor, stop_token_ids: Collection[int]) -> int | None:
     """c: the first t (tokens generated) at which the rows of tokens[:, :t] are pairwise distinct
     or some row's t-th token is a stop token; None when no t <= T qualifies."""
-    stops = torch.tensor(sorted({int(i) for i in stop_token_ids}), dtype=tokens.dtype, device=tokens.device)
+    stops = tokens.new_tensor(sorted({int(i) for i in stop_token_ids}))
     for t in range(1, tokens.shape[1] + 1):
-        if prefixes_distinct(tokens[:, :t]) or bool(torch.isin(tokens[:, t - 1], stops).any()):
+        if prefixes_distinct(tokens[:, :t]) or bool((tokens[:, t - 1, None] == stops).any()):
             return t
     return None
 
@@ -79,10 +83,10 @@ def coe_features(layer_states: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"expected [L, N, H] hidden states, got shape {tuple(layer_states.shape)}")
     hs = layer_states.detach().float()
     if hs.shape[0] <= 1:
-        return torch.zeros(hs.shape[1], dtype=torch.float32, device=hs.device)
+        return hs.new_zeros(hs.shape[1])
     first, last = hs[0], hs[-1]
     magnitude = (hs[:-1] - hs[1:]).norm(dim=-1) / (first - last).norm(dim=-1).clamp_min(_NORM_EPS)
-    angle = torch.acos(_clamped_cosine(hs[:-1], hs[1:])) / torch.acos(_clamped_cosine(first, last)).clamp_min(_NORM_EPS)
+    angle = _clamped_cosine(hs[:-1], hs[1:]).acos() / _clamped_cosine(first, last).acos().clamp_min(_NORM_EPS)
     return (magnitude - angle).mean(dim=0)
 
 
@@ -91,14 +95,14 @@ def consistency_scores(features: torch.Tensor) -> torch.Tensor:
     feats = features.detach().float()
     n = feats.numel()
     if n <= 1:
-        return torch.zeros_like(feats)
+        return feats.new_zeros(feats.shape)
     # The diagonal is (f_i - f_i)^2 = 0, so the row sum is already the sum over the others.
     return (feats.unsqueeze(1) - feats.unsqueeze(0)).pow(2).sum(dim=1) / (n - 1)
 
 
 def vote(scores: torch.Tensor) -> int:
-    """The step's vote: the index of the smallest score (torch.argmin returns the first on ties)."""
-    return int(torch.argmin(scores).item())
+    """The step's vote: the index of the smallest score (argmin returns the first on ties)."""
+    return int(scores.argmin().item())
 
 
 def winner(votes: Sequence[int]) -> int:
@@ -119,7 +123,7 @@ class SelfTruncation:
         self.n, self.tau_coeff = n, tau_coeff
         layers, hidden = prompt_states.shape
         self.sums = prompt_states.float()[:, None].expand(layers, n, hidden).clone()
-        self.counts = torch.ones(n, device=prompt_states.device)
+        self.counts = self.sums.new_ones(n)
         self.c = self.tau = self.stop_step = None
         self.votes = [self._vote()]
 
