@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -44,19 +43,6 @@ def test_built_in_methods_and_their_labels():
     assert methods["sr-adaptive"].setting_name({"delta": 0.05}) == "delta0.05"
 
 
-
-def test_every_built_in_declaration_loads_without_torch():
-    """The workflow reads the declarations each time it plans (every cluster job plans again):
-    a method module imports torch only where its algorithm runs."""
-    code = textwrap.dedent("""
-        import sys
-        sys.modules["torch"] = None  # `import torch` now raises ImportError
-        from specrej.methods import built_in
-        print(sorted(built_in()))
-    """)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent.parent)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split("\n")[0] == str(sorted(built_in()))
 
 def test_check_fills_defaults_and_refuses_what_the_method_does_not_take():
     sr = get_method("sr")
