@@ -20,18 +20,20 @@ from plan import BLOCK_METHODS, Plan, local_judge, pair_labels
 
 GENERATION_RULES = ("bon_shard", "bon_direct", "method_run")
 
-# The 2-core CPU that the default study was timed on (its 45 jobs on the first 8 prompts, two jobs at a
-# time: 540 s, 2026-12-03); each job's seconds from its benchmark file, per prompt and decode step.
+# The 2-core CPU that the default study was timed on (`make study` on a fresh clone of 30a0057, its 45 jobs
+# on 24 prompts, two jobs at a time: 1,208 s, 2026-12-03); each job's seconds from its benchmark file,
+# per prompt and decode step.
 MEASURED_CORES = 2
 GENERATION_START_S = 5.9  # a generation job's seconds beyond its decode steps: loading the model
-FALLBACK_STEP_S = 0.129  # per prompt and decode step, for a method that declares no step_seconds (SR's)
-FALLBACK_BON_STEP_S = 0.074  # Best-of-N's per prompt and decode step of BON_MEASURED_ROWS rows
+FALLBACK_STEP_S = 0.112  # per prompt and decode step, for a method that declares no step_seconds (SR's)
+FALLBACK_BON_STEP_S = 0.054  # Best-of-N's per prompt and decode step of BON_MEASURED_ROWS rows
 BON_MEASURED_ROWS = 16  # the rows per prompt that Best-of-N's step_seconds was measured at
-SCORE_PREFIXES_S = 4.2  # one chunk's prefixes under the log-prob reward
+SCORE_PREFIXES_S = 3.3  # one chunk's prefixes under the log-prob reward
 FETCH_MODEL_S = 31.0  # the default model's fetch and conversion, first use
-JUDGE_COMPARISON_S = 0.48  # Table 1's local judge (local:default), per response pair
-ANALYSIS_JOB_S = 0.94  # any other job (merges, statistics, tables, figures)
-SNAKEMAKE_JOB_S = 3.3  # per job, Snakemake's own time and the report
+JUDGE_COMPARISON_S = 0.41  # Table 1's local judge (local:default), per response pair
+ANALYSIS_JOB_S = 0.85  # any other job (merges, statistics, tables, figures)
+# per job, Snakemake's own time and the report: the measured study's wall time less its jobs' two at a time
+SNAKEMAKE_JOB_S = 2.3
 
 
 def step_seconds(spec: str, fallback: float) -> float:
