@@ -32,7 +32,8 @@ SCORE_PREFIXES_S = 3.3  # one chunk's prefixes under the log-prob reward
 FETCH_MODEL_S = 31.0  # the default model's fetch and conversion, first use
 JUDGE_COMPARISON_S = 0.41  # Table 1's local judge (local:default), per response pair
 ANALYSIS_JOB_S = 0.85  # any other job (merges, statistics, tables, figures)
-# per job, Snakemake's own time and the report: the measured study's wall time less its jobs' two at a time
+# the rest of the measured study's wall time, per job: Snakemake's own time, the report, and a core
+# left idle while the last jobs wait on others
 SNAKEMAKE_JOB_S = 2.3
 
 
