@@ -13,7 +13,7 @@ Two questions, each a pure function:
 (``specrej.methods.adaptive_cut.adaptive_accepted``, ``specrej.methods.cuts.accepted``), torch-free.
 
 This is SR's own study, so unlike the rest of ``analysis`` it knows SR's methods and parameters:
-the fixed-α curve is method "sr", the adaptive points method "sr-adaptive", and an adaptive
+the fixed-α curve is SR's method, the adaptive points those of SR with the adaptive cut, and an adaptive
 point's δ is read from its setting (``sr_param``).
 """
 
@@ -30,10 +30,12 @@ from analysis.metrics import rows_where
 from analysis.settings import setting_params
 from specrej.methods.adaptive_cut import PartialFit, adaptive_accepted, interpolate_fit
 from specrej.methods.cuts import accepted
+from specrej.methods.sr import SPECULATIVE_REJECTION
+from specrej.methods.sr_adaptive import ADAPTIVE as ADAPTIVE_SR
 
 SURVIVAL_COLUMNS = ("prompt_id", "tau", "partial_score", "final_score")
 POINT_COLUMNS = ("method", "setting", "method_label", "relative_compute", "improvement")
-FIXED_ALPHA, ADAPTIVE = "sr", "sr-adaptive"  # the methods compared (``specrej.methods``)
+FIXED_ALPHA, ADAPTIVE = SPECULATIVE_REJECTION.name, ADAPTIVE_SR.name  # the methods compared
 
 
 def sr_param(setting: str, name: str) -> float:
@@ -120,7 +122,7 @@ def against_fixed_alpha(
     by: Sequence[str] = (),
     confidence_level: float = DEFAULT_CONFIDENCE,
 ) -> pd.DataFrame:
-    """Each adaptive SR point (method "sr-adaptive") against the fixed-α SR curve (method "sr")
+    """Each adaptive SR point (method ``ADAPTIVE``) against the fixed-α SR curve (method ``FIXED_ALPHA``)
     at equal compute, per ``by`` group.
 
     The fixed-α points (relative compute, improvement) of the group, ordered by compute, form a

@@ -26,7 +26,7 @@ import pandas as pd
 from analysis._columns import require_columns
 from analysis.correlation import PREFIX_COLUMNS
 from analysis.metrics import perplexity
-from analysis.settings import DISPLAY_COLUMNS, REFERENCE_FALLBACK, canonical_setting, record_display, with_display
+from analysis.settings import DISPLAY_COLUMNS, canonical_setting, declared_reference, record_display, with_display
 from specrej.records.io import read_records  # torch-free
 
 RUNS_COLUMNS = [
@@ -154,9 +154,9 @@ def record_flops(record: dict) -> float:
 
 
 def is_reference(setting: dict) -> bool:
-    """Whether a ``record_setting`` is of the reference method (its display, else the fallback)."""
+    """Whether a ``record_setting`` is of the reference method (its display, else its declaration)."""
     reference = record_display(setting)["reference"]
-    return bool(reference) if reference is not None else setting["method"] == REFERENCE_FALLBACK
+    return bool(reference) if reference is not None else declared_reference(setting["method"])
 
 
 def _method_of(record: dict) -> str | None:

@@ -16,6 +16,7 @@ one method (``analysis.adaptive_study``, SR's §6 study) may read that method's 
 back with ``setting_params``.
 """
 
+import functools
 import json
 import math
 import re
@@ -25,8 +26,6 @@ import pandas as pd
 
 from specrej.methods.base import canonical  # torch-free: the engine's own configuration key
 
-# The reference method of records that carry no ``display``: Best-of-N's registered name.
-REFERENCE_FALLBACK = "bon"
 # Colours of methods without a declared one, in order of first appearance (matplotlib's tab10).
 FALLBACK_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                    "#bcbd22", "#17becf")
@@ -35,6 +34,19 @@ FALLBACK_MARKER = "o"
 DISPLAY_COLUMNS = ("method_name", "color", "marker", "reference")
 _DISPLAY_KEYS = {"method_name": "name", "color": "color", "marker": "marker", "reference": "reference"}
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+@functools.cache
+def _declared_references() -> frozenset[str]:
+    from specrej.methods import built_in  # the declarations, torch-free
+
+    return frozenset(name for name, method in built_in().items() if method.display and method.display.reference)
+
+
+def declared_reference(method: str) -> bool:
+    """Whether ``method`` is a built-in method declared the reference (Best-of-N): the fallback
+    for a record that carries no ``display``."""
+    return method in _declared_references()
 
 
 def canonical_setting(params: Mapping) -> str:
@@ -54,7 +66,7 @@ def with_display(frame: pd.DataFrame) -> pd.DataFrame:
     complete: a method's value is the first its rows carry; a method without one gets the
     fallback: its name is ``method``, its colour the next of ``FALLBACK_COLORS`` not declared by
     another method (in order of first appearance), its marker "o", and it is the reference when
-    it is ``REFERENCE_FALLBACK``."""
+    its declaration says so (``declared_reference``)."""
     frame = frame.copy()
     methods = list(dict.fromkeys(frame["method"]))
     declared = {}
@@ -75,7 +87,7 @@ def with_display(frame: pd.DataFrame) -> pd.DataFrame:
         fallback[method] = {"method_name": declared["method_name"][method] or str(method), "color": color,
                             "marker": declared["marker"][method] or FALLBACK_MARKER,
                             "reference": bool(declared["reference"][method]) if declared["reference"][method]
-                            is not None else method == REFERENCE_FALLBACK}
+                            is not None else declared_reference(method)}
     for column in DISPLAY_COLUMNS:
         frame[column] = [fallback[method][column] for method in frame["method"]]
     frame["reference"] = frame["reference"].astype(bool)

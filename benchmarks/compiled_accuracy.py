@@ -21,11 +21,9 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from specrej.api import load_engine
 from specrej.engine import decoding
-from specrej.engine.compiled import decode_steps
 from specrej.engine.llama import LayerRun
 
 
@@ -63,7 +61,7 @@ def main() -> None:
     reference = load_engine(args.model, dtype="float32", device="cpu").model
     forward = engine.forward
     eager = forward.decode_run
-    compiled = LayerRun(*decode_steps(forward.layer_steps), forward._layer_weights(lambda weight: weight), F.linear)
+    compiled = forward.compiled_run()
     diffs = {"eager": [], "compiled": []}
     between = []
     for record in records:

@@ -41,6 +41,8 @@ from specrej import LogProbReward, SamplingParams, load_engine
 from specrej.api import run_one
 from specrej.engine import decoding
 from specrej.engine.engine import Engine
+from specrej.methods.bon import BEST_OF_N
+from specrej.methods.sr import SPECULATIVE_REJECTION
 
 PROMPT = "Write a poem about the sea."
 # bfloat16 logits of the same model by two orders of operations: about 3 bf16 ulps of |logits| < 4
@@ -190,13 +192,13 @@ def check_memory(device, size, tokenizer, workdir) -> dict:
     engine.stop_token_ids = torch.tensor([-1], device=engine.device)
     budget, sampling = size["memory_budget"], SamplingParams(max_new_tokens=size["memory_tokens"])
     runs = {}
-    for method, params in (("bon", {"n": size["bon_n"], "batch_size": size["bon_batch"]}),
-                           ("sr", {"alpha": 0.5, "max_init_batch": size["sr_b_init"]})):
+    for method, params in ((BEST_OF_N, {"n": size["bon_n"], "batch_size": size["bon_batch"]}),
+                           (SPECULATIVE_REJECTION, {"alpha": 0.5, "max_init_batch": size["sr_b_init"]})):
         result = run_one(engine, LogProbReward(), PROMPT, method=method, sampling=sampling, memory_budget=budget,
                          measure_memory=True, **params)
         allowance = CUDA_ROUNDING if device.type == "cuda" else 0
         bound = budget + result.memory_margin_bytes + allowance
-        runs[method] = {"params": {k: v for k, v in result.params.items() if isinstance(v, (int, float, str))},
+        runs[method.name] = {"params": {k: v for k, v in result.params.items() if isinstance(v, (int, float, str))},
                         "peak_kv_bytes": result.peak_kv_bytes, "measured_peak_bytes": result.measured_peak_bytes,
                         "memory_margin_bytes": result.memory_margin_bytes, "bound_bytes": bound,
                         "candidates": len(result.candidates), "rounds": len(result.rounds),
@@ -232,8 +234,8 @@ def check_sr_vs_bon(device, size, tokenizer, workdir) -> dict:
     sampling, budget = SamplingParams(max_new_tokens=size["paper_tokens"]), size["paper_budget"]
     runs = {}
     for label, method, params in (
-            (f"Bo{size['paper_n']} (one shard)", "bon", {"n": size["paper_n"], "batch_size": size["paper_n"]}),
-            (f"SR alpha=0.5, b_init <= {size['paper_b_init']}", "sr",
+            (f"Bo{size['paper_n']} (one shard)", BEST_OF_N, {"n": size["paper_n"], "batch_size": size["paper_n"]}),
+            (f"SR alpha=0.5, b_init <= {size['paper_b_init']}", SPECULATIVE_REJECTION,
              {"alpha": 0.5, "max_init_batch": size["paper_b_init"]})):
         run_one(engine, LogProbReward(), PROMPT, method=method, sampling=SamplingParams(max_new_tokens=2),
                 memory_budget=budget, **params)  # warm-up: kernels for these shapes

@@ -53,6 +53,12 @@ SIZE_ARGS = {
 }
 SLOW = {"python benchmarks/bf16_logprob_tolerance.py", "python benchmarks/init_batch_rule.py",
         "python benchmarks/st_bon_agreement.py", "specrej doctor"}
+# the engine benchmark's peers (--peers ct2-..., llamacpp-...): the module each needs, and why it may be missing
+PEER_PACKAGES = {
+    "ct2-": ("ctranslate2", "CTranslate2 is not installed (pip install -e '.[bench]')"),
+    # no wheel on PyPI: installing it builds llama.cpp (6.4 min on 2 cores), which the suite does not
+    "llamacpp-": ("llama_cpp", "llama-cpp-python is not installed (docs/results.md: its sdist builds llama.cpp)"),
+}
 METHOD_SIZE_ARGS = {"bon": ["--n", "4", "--batch-size", "4"], "sr": ["--max-init-batch", "16"]}
 
 
@@ -163,12 +169,10 @@ def test_the_commands_of_a_page_run_as_written(page, models, tmp_path):
     folder = page_folder(tmp_path)
     not_installed = {}  # a peer's package missing: that command is left out, the others still run
     for command in FAST_PAGES[page]:
-        if "ct2-" in command and importlib.util.find_spec("ctranslate2") is None:
-            not_installed[command] = "CTranslate2 is not installed (pip install -e '.[bench]')"
-            continue
-        if "llamacpp-" in command and importlib.util.find_spec("llama_cpp") is None:
-            # no wheel on PyPI: installing it builds llama.cpp (6.4 min on 2 cores), which the suite does not
-            not_installed[command] = "llama-cpp-python is not installed (docs/results.md: its sdist builds llama.cpp)"
+        missing = [why for peer, (module, why) in PEER_PACKAGES.items()
+                   if peer in command and importlib.util.find_spec(module) is None]
+        if missing:
+            not_installed[command] = missing[0]
             continue
         done = run_in(folder, runnable(command, models))
         assert done.returncode == 0, f"{page}: `{command}` failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"

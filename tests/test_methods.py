@@ -43,7 +43,6 @@ def test_built_in_methods_and_their_labels():
     assert methods["sr-adaptive"].setting_name({"delta": 0.05}) == "delta0.05"
 
 
-
 def test_check_fills_defaults_and_refuses_what_the_method_does_not_take():
     sr = get_method("sr")
     assert dict(sr.check({"alpha": 0.5})) == {"alpha": 0.5, "batch_size": None, "min_tokens": 8, "max_init_batch": 1000,

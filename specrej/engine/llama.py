@@ -146,10 +146,13 @@ class LlamaForward:
         self.eager_run = LayerRun(*self.layer_steps, self._layer_weights(prepare), linear)
         self.lm_head = (linear, prepare(model.lm_head.weight), model.lm_head.bias)
         self.compiled = compile
-        # a compiled graph takes the weights as they are and F.linear: a packed weight would have
-        # to be a constant of a frozen graph, and these graphs serve every layer
-        self.decode_run = (LayerRun(*decode_steps(self.layer_steps), self._layer_weights(lambda weight: weight), F.linear)
-                           if compile else self.eager_run)
+        self.decode_run = self.compiled_run() if compile else self.eager_run
+
+    def compiled_run(self) -> LayerRun:
+        """The layer halves compiled (`compiled.decode_steps`). A compiled graph takes the weights as
+        they are and F.linear: a packed weight would have to be a constant of a frozen graph, and
+        these graphs serve every layer."""
+        return LayerRun(*decode_steps(self.layer_steps), self._layer_weights(lambda weight: weight), F.linear)
 
     def _layer_weights(self, prepare: Callable) -> list[LayerWeights]:
         """Per layer, its tensors; the GEMMs' weights as `prepare` makes them for the run's `linear`."""
