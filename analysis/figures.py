@@ -32,9 +32,11 @@ LABEL_DIRECTIONS = 16
 MARKER_SIZE = 6.0
 PARTIAL_LABEL, FINAL_LABEL = "Partial reward (first τ tokens)", "Final reward"
 COMPUTE_LABEL, IMPROVEMENT_LABEL = "Relative compute", "Improvement score"
-FLOPS_LABEL = "Relative compute (FLOPs)"
-# Figure 3's x axis: eq. 7's measured wall-clock compute, or the same ratio in counted FLOPs
-FIGURE3_COMPUTE = {"wall": ("relative_compute", COMPUTE_LABEL), "flops": ("relative_flops", FLOPS_LABEL)}
+FLOPS_LABEL, WALL_LABEL = "Relative compute (FLOPs)", "Relative compute (wall-clock)"
+# Figure 3's x axis: eq. 7's measured compute (CPU or device seconds of the work), or the same
+# ratio in wall-clock seconds, or in counted FLOPs
+FIGURE3_COMPUTE = {"work": ("relative_compute", COMPUTE_LABEL), "wall": ("relative_wall", WALL_LABEL),
+                   "flops": ("relative_flops", FLOPS_LABEL)}
 TAU_LABEL = "τ (generated tokens)"
 CORRELATION_LABELS = {"pearson": "Pearson $r$", "kendall": r"Kendall $\tau_a$"}
 # Zero-spread prompts named in a Figure 3 panel's footnote before "and k more".
@@ -90,10 +92,11 @@ def figure2_partial_vs_final(
 
 
 def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "pair",
-                                   columns: int = FIGURE3_COLUMNS, compute: str = "wall") -> Figure:
+                                   columns: int = FIGURE3_COLUMNS, compute: str = "work") -> Figure:
     """Figure 3: relative compute (log x) vs improvement score, one panel per ``panel_column``.
-    ``compute`` "wall" is eq. 7's measured wall-clock compute (relative_compute), "flops" the
-    same ratio in counted FLOPs (relative_flops, with relative_flops_lo/hi as its bars).
+    ``compute`` "work" is eq. 7's measured compute (relative_compute: CPU or device seconds of
+    the work, ``analysis.metrics``' work_s), "wall" the same ratio in wall-clock seconds
+    (relative_wall), "flops" in counted FLOPs (relative_flops); each with its _lo/_hi as its bars.
 
     Input: ``analysis.metrics.method_summary`` output, i.e. columns method, method_label,
     relative_compute, improvement (and n, Best-of-N's N), and ``panel_column`` (e.g. ``pair`` =
@@ -111,7 +114,7 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
     """
     x_column, x_label = FIGURE3_COMPUTE[compute]
     require_columns(summary, ["method", "method_label", x_column, "improvement"], "method summary")
-    if compute != "wall":  # the curves read relative_compute(_lo/_hi): give them the chosen ratio
+    if compute != "work":  # the curves read relative_compute(_lo/_hi): give them the chosen ratio
         summary = summary.assign(**{f"relative_compute{end}": summary[f"{x_column}{end}"]
                                     for end in ("", "_lo", "_hi") if f"{x_column}{end}" in summary.columns})
     summary = with_display(summary)
@@ -162,7 +165,8 @@ def series_styles(summary: pd.DataFrame) -> dict[str, tuple[str, str, str]]:
 def place_labels(axes: Axes, points: Sequence[tuple[float, float, str, str]],
                  fontsize: str = "x-small") -> list[Annotation]:
     """Label each (x, y, text, colour) point of ``axes`` where its rendered text overlaps no label placed
-    before it and no point: the offsets of ``LABEL_RADII`` × ``LABEL_DIRECTIONS`` directions
+    before it, no point, and none of what is drawn on the axes (``drawn_obstacles``: every line
+    segment, error bar and cap): the offsets of ``LABEL_RADII`` × ``LABEL_DIRECTIONS`` directions
     (nearest ring first, starting to the right and going anticlockwise) are tried in turn, each
     measured with the figure's renderer, and the first that is clear and inside the axes wins;
     when none is, the one overlapping least.  Deterministic: the points are labelled in the
@@ -174,6 +178,7 @@ def place_labels(axes: Axes, points: Sequence[tuple[float, float, str, str]],
     radius = MARKER_SIZE / 2.0 * scale + 1.0
     centres = [axes.transData.transform((x, y)) for x, y, _, _ in points]
     markers = [Bbox.from_extents(cx - radius, cy - radius, cx + radius, cy + radius) for cx, cy in centres]
+    boxes, segments = drawn_obstacles(axes)
     frame = axes.get_window_extent(renderer)
     offsets = [(r * np.cos(a), r * np.sin(a)) for r in LABEL_RADII
                for a in np.linspace(0.0, 2.0 * np.pi, LABEL_DIRECTIONS, endpoint=False)]
@@ -186,7 +191,8 @@ def place_labels(axes: Axes, points: Sequence[tuple[float, float, str, str]],
         for dx, dy in offsets:
             _aim(annotation, dx, dy)
             box = annotation.get_window_extent(renderer)
-            cost = sum(_overlap(box, other) for other in placed + markers)
+            cost = sum(_overlap(box, other) for other in placed + markers + boxes)
+            cost += sum(_length_inside(box, *segment) * width for *segment, width in segments)
             cost += 0.0 if _inside(box, frame) else box.width * box.height
             if cost < best_cost:
                 best, best_cost = (dx, dy), cost
@@ -196,6 +202,54 @@ def place_labels(axes: Axes, points: Sequence[tuple[float, float, str, str]],
         placed.append(annotation.get_window_extent(renderer))
         annotations.append(annotation)
     return annotations
+
+
+def drawn_obstacles(axes: Axes) -> tuple[list[Bbox], list[tuple[np.ndarray, np.ndarray, float]]]:
+    """What a label must not cover, in display coordinates: a box around every marker of the
+    axes' lines (points and error-bar caps), and every segment of their lines and of their line
+    collections (error bars), each as (start, end, width in pixels, at least 2)."""
+    scale = axes.get_figure(root=True).dpi / 72.0
+    boxes, segments = [], []
+    for line in axes.get_lines():
+        if not line.get_visible():
+            continue
+        xy = line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float))
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        if line.get_marker() not in (None, "None", "", " "):
+            half = line.get_markersize() * scale / 2.0 + 1.0
+            boxes += [Bbox.from_extents(x - half, y - half, x + half, y + half) for x, y in xy]
+        if line.get_linestyle() not in ("None", "", " ") and len(xy) > 1:
+            width = max(2.0, line.get_linewidth() * scale)
+            segments += [(a, b, width) for a, b in zip(xy[:-1], xy[1:])]
+    for collection in axes.collections:
+        if not (collection.get_visible() and hasattr(collection, "get_segments")):
+            continue
+        width = max(2.0, float(np.max(collection.get_linewidths(), initial=1.0)) * scale)
+        transform = collection.get_transform()
+        for path in collection.get_segments():
+            xy = transform.transform(np.asarray(path, dtype=float))
+            segments += [(a, b, width) for a, b in zip(xy[:-1], xy[1:]) if np.isfinite([*a, *b]).all()]
+    return boxes, segments
+
+
+def _length_inside(box: Bbox, start: np.ndarray, end: np.ndarray) -> float:
+    """The length of the segment start-end that lies inside ``box`` (Liang-Barsky clipping)."""
+    (x0, y0), (x1, y1) = start, end
+    dx, dy = x1 - x0, y1 - y0
+    low, high = 0.0, 1.0
+    for step, room in ((-dx, x0 - box.x0), (dx, box.x1 - x0), (-dy, y0 - box.y0), (dy, box.y1 - y0)):
+        if step == 0:
+            if room < 0:
+                return 0.0
+            continue
+        t = room / step
+        if step < 0:
+            low = max(low, t)
+        else:
+            high = min(high, t)
+        if low > high:
+            return 0.0
+    return (high - low) * float(np.hypot(dx, dy))
 
 
 def _aim(annotation: Annotation, dx: float, dy: float) -> None:

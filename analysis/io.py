@@ -10,7 +10,7 @@ A trajectory record is one JSON object per line, one per prompt:
     candidates [{id, text, token_ids, token_logprobs, num_tokens, finished, final_score,
                  halted_round, round_scores, ...}],
     rounds [{decision_token, batch_before, batch_after, cutoff, ...}],
-    timing {total_s, generate_s, score_s}, tokens {generated, scored}, peak_kv_bytes,
+    timing {total_s, generate_s, score_s, compute_s, threads}, tokens {generated, scored}, peak_kv_bytes,
     flops {prefill, generate, reward, total},
 
 or, for a prompt that failed, prompt_id, prompt, method, params and an ``error`` string.
@@ -31,8 +31,8 @@ from specrej.records.io import read_records  # torch-free
 
 RUNS_COLUMNS = [
     "prompt_id", "method", "setting", "method_label", "n", "batch_size", "seed", "generator", "reward", "pair",
-    "shards", "score", "worst_score", "num_tokens", "time_s", "generate_s", "score_s", "tokens_generated",
-    "tokens_scored", "peak_kv_bytes", "flops", "num_rounds", "perplexity", "num_candidates", "init_batch_size",
+    "shards", "score", "worst_score", "num_tokens", "time_s", "work_s", "threads", "generate_s", "score_s",
+    "tokens_generated", "tokens_scored", "peak_kv_bytes", "flops", "num_rounds", "perplexity", "num_candidates", "init_batch_size",
     "min_tokens", "first_decision_token", *DISPLAY_COLUMNS,
 ]
 
@@ -59,8 +59,10 @@ def best_responses_frame(records: Iterable[dict]) -> pd.DataFrame:
     reward, pair ("<generator> / <reward>"), shards (``params["shards"]``, default 1: the engine
     runs BoN batches one after another, so ``time_s`` already sums them), score, worst_score
     (the lowest final score among the record's complete candidates, ``worst_score``; eq. 8
-    normalises by Bo-N_min's score − worst_score), num_tokens (of the best response), time_s,
-    generate_s, score_s, tokens_generated, tokens_scored, peak_kv_bytes, flops (the record's
+    normalises by Bo-N_min's score − worst_score), num_tokens (of the best response), time_s
+    (wall-clock ``timing.total_s``), work_s (``timing.compute_s``: the CPU or device seconds of the
+    work, eq. 7's compute; NaN in a record made before it was recorded), threads (torch's CPU
+    threads of the run; NaN likewise), generate_s, score_s, tokens_generated, tokens_scored, peak_kv_bytes, flops (the record's
     total FLOPs, ``record_flops``; NaN when not counted), num_rounds, perplexity (of the best
     response; NaN when its token_logprobs were not recorded), num_candidates (candidates the
     run sampled: ``num_candidates`` of a record merged from shards, which keeps only the chosen
@@ -191,6 +193,8 @@ def _best_response_row(record: dict) -> dict:
         "worst_score": worst_score(record),
         "num_tokens": record["best"]["num_tokens"],
         "time_s": timing.get("total_s", math.nan),
+        "work_s": timing.get("compute_s", math.nan),
+        "threads": timing["threads"] if isinstance(timing.get("threads"), int) else math.nan,  # shards that differ: a list
         "generate_s": timing.get("generate_s", math.nan),
         "score_s": timing.get("score_s", math.nan),
         "tokens_generated": tokens.get("generated"),

@@ -17,6 +17,12 @@ Most functions take a *runs* frame (``analysis.io.best_responses_frame``), one r
     worst_score  lowest final reward among the configuration's complete candidates for this
                  prompt; needed for Bo-N_min's rows by eq. 8 (``analysis.io`` fills it)
     time_s       wall-clock seconds spent on this prompt
+    work_s       optional: the compute of this prompt's work, which does not depend on the
+                 machine's other work (the process's CPU seconds on a CPU, device seconds on
+                 CUDA: the record's ``timing.compute_s``); eq. 7 counts it. Absent, or NaN for
+                 any row (records made before it was recorded), eq. 7 counts ``time_s`` for
+                 every row, with a warning when the column is there
+    threads      optional: torch's CPU threads of the run (CPU seconds compare at one thread count)
     shards       optional, default 1: devices that ran in parallel during ``time_s``
                  (the paper's GPU count — Bo3840 as 32 parallel Bo120 shards has shards=32).
                  Shards run one after another on one device are already summed in ``time_s``
@@ -41,6 +47,7 @@ paired.  Intervals are percentile intervals.
 """
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Literal, NamedTuple
 
@@ -58,8 +65,8 @@ CONFIGURATION_COLUMNS = ["method", "setting", "method_label", "n", *DISPLAY_COLU
 Normalization = Literal["bon_min_range", "bon_range"]
 NORMALIZATIONS = ("bon_min_range", "bon_range")
 # Statistics that get a bootstrap interval in ``method_summary`` (perplexity when present).
-INTERVAL_STATISTICS = ("improvement", "relative_compute", "speedup_vs_largest_bon", "relative_flops",
-                       "flops_speedup_vs_largest_bon", "perplexity")
+INTERVAL_STATISTICS = ("improvement", "relative_compute", "speedup_vs_largest_bon", "relative_wall",
+                       "wall_speedup_vs_largest_bon", "relative_flops", "flops_speedup_vs_largest_bon", "perplexity")
 
 
 def perplexity(token_logprobs: Sequence[float]) -> float:
@@ -113,19 +120,21 @@ def method_summary(
     configurations of the group), mean_score, improvement (mean of ``per_prompt_improvement``
     over the prompts that can be normalised), n_prompts_improvement (those prompts),
     zero_spread_prompts (comma-separated ids of the others, "" if none), compute_s (sum over
-    prompts of shards × time_s), relative_compute (compute_s / compute_s of Bo-N_min: eq. 7),
-    speedup_vs_largest_bon (compute_s of the largest BoN / compute_s), compute_flops (sum over
+    prompts of shards × work_s, the measured compute: see the module's ``work_s``), relative_compute
+    (compute_s / compute_s of Bo-N_min: eq. 7), speedup_vs_largest_bon (compute_s of the largest
+    BoN / compute_s), wall_s, relative_wall and wall_speedup_vs_largest_bon (the same in
+    wall-clock seconds, shards × time_s), compute_flops (sum over
     prompts of ``flops``), relative_flops (compute_flops / compute_flops of Bo-N_min: eq. 7 in
     FLOPs), flops_speedup_vs_largest_bon (compute_flops of the largest BoN / compute_flops) —
     the FLOP columns NaN unless every prompt of both configurations has a count —,
     perplexity (mean over prompts) when ``runs`` has that column, then <statistic>_lo and
     <statistic>_hi for each of improvement, relative_compute, speedup_vs_largest_bon,
-    relative_flops, flops_speedup_vs_largest_bon and perplexity (``confidence_level`` paired
+    relative_wall, wall_speedup_vs_largest_bon, relative_flops, flops_speedup_vs_largest_bon and perplexity (``confidence_level`` paired
     bootstrap interval over ``n_resamples`` prompt resamples drawn with ``seed``; NaN when
     ``n_resamples`` is 0), and the bootstrap's confidence_level and bootstrap_resamples.
     Rows: Best-of-N by N, then the other methods by name, each method's settings in the
     natural order of their labels (``analysis.settings.configuration_order``).
-    Speedup is measured in compute, which equals wall-clock time when every shard count is 1.
+    Speedup is measured in compute (``work_s``), and in wall-clock time beside it.
     """
     runs = _check_runs(runs, by, normalization)
     return _for_each_group(
@@ -152,8 +161,8 @@ def bootstrap_draws(
     def draws_of(group: pd.DataFrame) -> pd.DataFrame:
         weights = bootstrap_weights(_n_common_prompts(group), n_resamples, seed)
         configs, values = _group_statistics(group, normalization, weights)
-        statistics = ["improvement", "relative_compute", "speedup_vs_largest_bon", "relative_flops",
-                      "flops_speedup_vs_largest_bon", "perplexity"]
+        statistics = ["improvement", "relative_compute", "speedup_vs_largest_bon", "relative_wall",
+                      "wall_speedup_vs_largest_bon", "relative_flops", "flops_speedup_vs_largest_bon", "perplexity"]
         return configs.loc[configs.index.repeat(n_resamples)].reset_index(drop=True).assign(
             resample=np.tile(np.arange(n_resamples), len(configs)),
             **{name: values[name].ravel() for name in statistics if name in values},
@@ -299,7 +308,24 @@ def _check_runs(runs: pd.DataFrame, by: Sequence[str], normalization: str) -> pd
     if (labels > 1).any():
         example = labels[labels > 1].index[0]
         raise ValueError(f"runs has several method_label values for one configuration, e.g. {example}")
-    return with_display(runs)
+    return with_display(runs.assign(work_s=eq7_seconds(runs)))
+
+
+def eq7_seconds(runs: pd.DataFrame) -> pd.Series:
+    """The seconds eq. 7 counts per row: ``work_s`` when every row has it, else ``time_s``
+    (wall-clock) for every row, so one measure serves every configuration."""
+    if "work_s" not in runs.columns:
+        return runs["time_s"]
+    work = pd.to_numeric(runs["work_s"], errors="coerce")
+    if work.notna().all():
+        if "threads" in runs.columns and runs["threads"].nunique() > 1:
+            counts = ", ".join(map(str, sorted(runs["threads"].dropna().unique())))
+            warnings.warn(f"the runs used different CPU thread counts ({counts}): their CPU seconds (eq. 7's "
+                          "compute) are not comparable; rerun them with one --threads", stacklevel=3)
+        return work
+    warnings.warn(f"{int(work.isna().sum())} of {len(work)} runs have no timing.compute_s (made before it was "
+                  "recorded): eq. 7's compute is wall-clock time (timing.total_s) for all of them", stacklevel=3)
+    return runs["time_s"]
 
 
 def _reference_range(runs: pd.DataFrame, normalization: str) -> tuple[pd.Series, pd.Series]:
@@ -331,7 +357,8 @@ def _summarize_group(
         zero_spread_prompts=",".join(map(str, zero_spread_prompts(runs, normalization))),
     ).astype({"n_prompts_improvement": int})
     order = [*CONFIGURATION_COLUMNS, "n_prompts", "mean_score", "improvement", "n_prompts_improvement",
-             "zero_spread_prompts", "compute_s", "relative_compute", "speedup_vs_largest_bon", "compute_flops",
+             "zero_spread_prompts", "compute_s", "relative_compute", "speedup_vs_largest_bon", "wall_s",
+             "relative_wall", "wall_speedup_vs_largest_bon", "compute_flops",
              "relative_flops", "flops_speedup_vs_largest_bon"]
     summary = summary[order + (["perplexity"] if "perplexity" in point else [])]
     for name in INTERVAL_STATISTICS:
@@ -351,7 +378,8 @@ def _group_statistics(
     Best-of-N by N, then the other methods by name and their settings by label — the order of
     Figure 3's series and of the tables; labels made distinct by ``distinct_labels``) and a dict
     of (C, R) arrays, R = len(weights): mean_score, improvement, n_prompts_improvement,
-    compute_s, relative_compute, speedup_vs_largest_bon, compute_flops, relative_flops,
+    compute_s, relative_compute, speedup_vs_largest_bon, wall_s, relative_wall,
+    wall_speedup_vs_largest_bon, compute_flops, relative_flops,
     flops_speedup_vs_largest_bon and perplexity (if present).  A weight row of ones is the
     sample itself, so point estimates and resamples share one formula.
     """
@@ -367,7 +395,8 @@ def _group_statistics(
     position = {key: i for i, key in enumerate(configs[CONFIG_COLUMNS].itertuples(index=False, name=None))}
     runs = runs.assign(
         improvement=per_prompt_improvement(runs, normalization),
-        compute_s=runs["time_s"] * runs.get("shards", 1),
+        compute_s=runs["work_s"] * runs.get("shards", 1),
+        wall_s=runs["time_s"] * runs.get("shards", 1),
         compute_flops=runs["flops"] if "flops" in runs.columns else math.nan,
         config=[position[key] for key in runs[CONFIG_COLUMNS].itertuples(index=False, name=None)],
     )
@@ -381,6 +410,7 @@ def _group_statistics(
     smallest, largest = bon[0], bon[-1]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         compute, flops = per_prompt("compute_s") @ weights, per_prompt("compute_flops") @ weights
+        wall = per_prompt("wall_s") @ weights
         values = {
             "mean_score": _weighted_mean(per_prompt("score"), weights)[0],
             "improvement": improvement,
@@ -388,6 +418,9 @@ def _group_statistics(
             "compute_s": compute,
             "relative_compute": compute / compute[smallest],
             "speedup_vs_largest_bon": compute[largest] / compute,
+            "wall_s": wall,
+            "relative_wall": wall / wall[smallest],
+            "wall_speedup_vs_largest_bon": wall[largest] / wall,
             "compute_flops": flops,
             "relative_flops": flops / flops[smallest],
             "flops_speedup_vs_largest_bon": flops[largest] / flops,

@@ -1,6 +1,6 @@
 """The headline page: ``analysis.headline``'s tables as a page of blocks (``analysis.page``):
-per pair a statement of each method's best setting, the table of every setting of every method,
-the tokens saved, adaptive SR against fixed α, and the notes a reader needs.  Built once by
+per pair the table of every setting of every method, a statement of each method's best setting
+(the paper's SR first, then the others by strength: ``method_order``), the tokens saved, adaptive SR against fixed α, and the notes a reader needs.  Built once by
 ``headline_page``, written as Markdown (``results/summary.md``, ``render_headline_markdown``) and
 as reStructuredText on the report's front page (``analysis.report_page``).  Formatting only:
 every number comes from the inputs.
@@ -14,7 +14,7 @@ import pandas as pd
 from analysis.adaptive_study import ADAPTIVE, FIXED_ALPHA
 from analysis.headline import PAIR
 from analysis.page import Block, Bullets, Code, Heading, Paragraph, Strong, Table, Text, text, to_markdown
-from analysis.tables import MISSING, format_ratio
+from analysis.tables import MISSING, NO_RESPONSE, format_ratio
 
 
 def render_headline_markdown(headline: pd.DataFrame, *args, **kwargs) -> str:
@@ -31,37 +31,66 @@ def headline_page(
     adaptive: pd.DataFrame | None = None,
     survival: pd.DataFrame | None = None,
     fits: pd.DataFrame | None = None,
+    unanswered: pd.DataFrame | None = None,
 ) -> list[Block]:
-    """The headline page: per pair one statement per method (its best setting and the speedup
-    at equal score, or where it lands outside the Best-of-N curve), the table of every setting,
-    the token savings, and the notes a reader needs (prompts used, zero-spread prompts,
+    """The headline page: per pair the table of every setting, then one statement per method
+    (its best setting and the speedup at equal score, or where it lands outside the Best-of-N
+    curve), the methods in ``method_order``, the token savings, and the notes a reader needs (prompts used, zero-spread prompts,
     out-of-range points, the equal-N assumption); then the intervals' confidence level and
     resamples.
 
     With runs of the adaptive study's method (``analysis.adaptive_study.ADAPTIVE``), a pair also gets an "Adaptive rejection"
     section from ``adaptive`` (``analysis.adaptive_study.against_fixed_alpha`` with a ``pair``
     column), ``survival`` (``survival_at_equal_tokens`` with ``pair``) and ``fits``
-    (``fits_table`` with ``pair``)."""
+    (``fits_table`` with ``pair``).
+
+    ``unanswered`` (``analysis.tables.unanswered_runs``: pair, method_label, error): the method
+    settings that completed no response on any prompt; each gets a row of the pair's table and
+    a sentence that say so, last."""
     intro = ("Per generator / reward pair and per method: its best setting — the largest speedup at equal "
              "score among the method's settings whose score lies inside the measured Best-of-N curve — then "
              "every setting, then the tokens each saves.")
     blocks: list[Block] = [Heading(1, text(title)), Paragraph(text(intro))]
     score_name = "eq. 8" if normalization == "bon_min_range" else "improvement, Best-of-N-range normalisation"
     for pair, rows in headline.groupby(PAIR, sort=False):
-        rows = rows.reset_index(drop=True)
-        blocks.append(Heading(2, text(str(pair))))
+        order = method_order(rows)
+        rows = pd.concat([rows[rows["method"] == method] for method in order], ignore_index=True)
+        silent = _of_pair(unanswered, pair)
+        blocks += [Heading(2, text(str(pair))), _settings_table(rows, silent)]
         for _, mine in rows.groupby("method", sort=False):
             blocks.append(Paragraph(_statement(mine.reset_index(drop=True), score_name)))
-        blocks.append(_settings_table(rows))
+        for row in silent.itertuples():
+            blocks.append(Paragraph(text(Strong(str(row.method_label)), f" completed no response on any prompt "
+                                         f"({row.error}): it has no score, and it leaves out no prompt of the "
+                                         "other methods.")))
         if savings is not None and not savings.empty and pair in set(savings[PAIR]):
-            for _, mine in savings[savings[PAIR] == pair].groupby("method", sort=False):
-                blocks.append(Paragraph(_token_line(mine.reset_index(drop=True))))
+            mine = savings[savings[PAIR] == pair]
+            for method in [m for m in order if m in set(mine["method"])]:
+                blocks.append(Paragraph(_token_line(mine[mine["method"] == method].reset_index(drop=True))))
         blocks.append(_bullets(_pair_notes(rows, score_name)))
         if (rows["method"] == ADAPTIVE).any():
             blocks += _adaptive_section(rows, *(_of_pair(frame, pair) for frame in (adaptive, survival, fits)))
     blocks += [Heading(2, text("Notes")),
                _bullets(_global_notes(headline, savings, normalization, correlation_resamples))]
     return blocks
+
+
+def method_order(rows: pd.DataFrame) -> list[str]:
+    """The methods of one pair's headline rows as the page shows them: the paper's method (SR at
+    a fixed α) first, then the others by the strength of their best setting: those inside the
+    Best-of-N curve by speedup at equal score, then the rest by score, a method without a
+    finite score last (ties: by name)."""
+    def strength(method: str) -> tuple:
+        best = rows[(rows["method"] == method) & rows["best"]]
+        if method == FIXED_ALPHA:
+            return (0, 0.0, method)
+        if best.empty or not np.isfinite(best["improvement"].iloc[0]):
+            return (3, 0.0, method)
+        if bool(best["in_range"].iloc[0]):
+            return (1, -float(best["compute_speedup"].iloc[0]), method)
+        return (2, -float(best["improvement"].iloc[0]), method)
+
+    return sorted(dict.fromkeys(rows["method"]), key=strength)
 
 
 def _bullets(notes: list[str]) -> Bullets:
@@ -232,7 +261,7 @@ def _extrapolation(row: pd.Series) -> str:
             f"a speedup of ≈ {format_ratio(row['compute_speedup_extrapolated'])}× (extrapolated).")
 
 
-def _settings_table(rows: pd.DataFrame) -> Table:
+def _settings_table(rows: pd.DataFrame, silent: pd.DataFrame | None = None) -> Table:
     bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
     flops = "relative_flops" in rows.columns and np.isfinite(rows["relative_flops"].astype(float)).any()
     cells = []
@@ -259,6 +288,8 @@ def _settings_table(rows: pd.DataFrame) -> Table:
                       "below_range": f"below {bon_min}"}.get(row["bon_equivalent_status"],
                                                              row["bon_equivalent_status"]),
         })
+    for label in ([] if silent is None or silent.empty else silent["method_label"]):
+        cells.append({column: MISSING for column in cells[0]} | {"Setting": str(label), "score": NO_RESPONSE})
     return _table("Setting", cells)
 
 
@@ -361,7 +392,9 @@ def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normaliz
                      "(so Bo-N_min scores 100), averaged over prompts.")
     else:
         notes.append(f"Score: improvement under the {normalization!r} normalisation (not the paper's eq. 8).")
-    notes.append("Compute: summed shards × wall-clock seconds over the prompts, relative to Bo-N_min (eq. 7). "
+    notes.append("Compute: summed shards × CPU seconds of the work (device seconds on CUDA: the records' "
+                 "timing.compute_s, which other jobs on the machine do not move; wall-clock seconds for records "
+                 "without it) over the prompts, relative to Bo-N_min (eq. 7). "
                  "BoN-equivalent compute: the Best-of-N compute reaching a setting's score, interpolated linearly "
                  "in log compute between the measured Best-of-N points; above them it is extrapolated from the "
                  "last segment and marked so, never reported as a measurement; below Bo-N_min there is no "
@@ -398,7 +431,8 @@ def _score(value: float) -> str:
 
 
 def _percent(value: float) -> str:
-    return MISSING if not np.isfinite(value) else f"{100 * value:.0f}%"
+    """A share as a whole percentage; one that rounds to zero reads "0%", never "-0%"."""
+    return MISSING if not np.isfinite(value) else f"{round(100 * value) + 0:.0f}%"
 
 
 def _n(value: float) -> str:

@@ -42,6 +42,8 @@ MISSING = "--"
 INTERVAL_SUFFIXES = (" lo", " hi")
 NOT_EVALUATED = "not evaluated"  # a Table 1 cell's note when it was not judged: "not evaluated: <reason>"
 REFERENCE_NOTE = "reference: 50 by definition, not judged"  # the note of Table 1's reference row
+# What the tables say of a method setting that completed no response on any prompt of a pair.
+NO_RESPONSE = "no complete response on any prompt"
 
 
 def table1_win_rates(win_rates: pd.DataFrame) -> pd.DataFrame:
@@ -55,6 +57,22 @@ def table2_perplexity_speedup(summary: pd.DataFrame) -> pd.DataFrame:
     if "flops_speedup_vs_largest_bon" not in summary.columns:
         summary = summary.assign(flops_speedup_vs_largest_bon=np.nan)
     return _by_generator(summary, TABLE2_METRICS)
+
+
+def unanswered_runs(failed: pd.DataFrame) -> pd.DataFrame:
+    """The runs of results/failed_prompts.csv that answered no prompt (``run_answered`` 0): one
+    row per run with pair, generator, method_label and its errors ("; "-joined). Such a setting
+    has no row in the metrics, so it excludes no prompt from the other methods; the tables show
+    it as a row that says ``NO_RESPONSE``. Empty for a file without ``run_answered``."""
+    columns = ["pair", "generator", "method_label", "run", "error"]
+    if failed.empty or "run_answered" not in failed.columns:
+        return pd.DataFrame(columns=columns)
+    silent = failed[failed["run_answered"] == 0]
+    rows = [{"pair": group["pair"].iloc[0], "generator": group["generator"].iloc[0],
+             "method_label": str(group["method_label"].iloc[0]), "run": run,
+             "error": "; ".join(sorted(set(group["error"].astype(str))))}
+            for run, group in silent.groupby("run", sort=False)]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def with_intervals(table: pd.DataFrame, decimals: int = 1) -> pd.DataFrame:

@@ -31,7 +31,7 @@ from analysis.alpaca_eval_adapter import MINIMAL_GLM, import_alpaca_eval, judge_
 from analysis.io import best_candidate, is_reference, load_trajectories, record_configuration, record_setting
 from analysis.judge_registry import AUTO, JudgeUnavailable, PairJudge, judge_name, resolve_judge
 from analysis.settings import configuration_order, distinct_labels
-from analysis.tables import NOT_EVALUATED, REFERENCE_NOTE
+from analysis.tables import NO_RESPONSE, NOT_EVALUATED, REFERENCE_NOTE
 
 TABLE1_INPUT_COLUMNS = [
     "generator", "reward", "method_label", "win_rate", "lc_win_rate", "standard_error", "lc_standard_error",
@@ -295,7 +295,8 @@ def table1_from_files(
 
     Per generator, a prompt that failed in any of its runs (an error record, or no complete
     response) is left out of every method, as ``analysis.metrics`` does for the other tables,
-    so every method is judged on the same prompts.  The ``generator`` column holds the given
+    so every method is judged on the same prompts; a setting that answered no prompt at all
+    is a row of its own, n 0 and note ``analysis.tables.NO_RESPONSE``, and leaves out no prompt.  The ``generator`` column holds the given
     label; with ``annotations_dir``, each generator's annotations go to a sub-folder named after
     it.  The judge is checked once, before any judging (a local model is loaded then): when it
     cannot run here the result is ``not_evaluated_table`` over every generator and method, with
@@ -309,8 +310,13 @@ def table1_from_files(
         checked = usable_judge(judge)
         frames = []
         for generator, group in records.items():
-            failed = {r["prompt_id"] for r in group if best_response_text(r) is None}
-            answered = [r for r in group if r["prompt_id"] not in failed]
+            # a setting that answered no prompt has no row to judge: it gets a row saying so and
+            # leaves the others' prompts alone (else one such setting would empty the table)
+            silent = [label for label, runs in group_by_method(group).items()
+                      if all(best_response_text(r) is None for r in runs)]
+            kept = [r for label, runs in group_by_method(group).items() if label not in silent for r in runs]
+            failed = {r["prompt_id"] for r in kept if best_response_text(r) is None}
+            answered = [r for r in kept if r["prompt_id"] not in failed]
             if not answered:
                 frame = not_evaluated_table("every prompt failed in at least one run", group_by_method(group))
             else:
@@ -318,6 +324,9 @@ def table1_from_files(
                 frame = table1_inputs(group_by_method(answered), reference_label, checked, annotations_dir=folder,
                                       **kwargs)
             frames.append(frame.assign(generator=generator))
+            if silent:
+                frames.append(pd.DataFrame([{"generator": generator, "method_label": label, "n": 0,
+                                             "note": NO_RESPONSE} for label in silent]))
         return pd.concat(frames, ignore_index=True).reindex(columns=TABLE1_INPUT_COLUMNS)
 
     return _unless_judge_unavailable(judge_every_generator, list(records), method_labels)

@@ -25,7 +25,8 @@ an id, a directory, a .gguf), or `shape:qwen3-0.6b`: a Qwen3 causal LM with Qwen
 shape and random weights (decode speed does not depend on the weights' values), with the default
 model's tokenizer for the prompt. --forward picks the engine's forward passes to time against HF:
 `own` (the engine's fast path for the model's architecture, `engine.FAST_PATHS`, as the CLI runs
-it), `unpacked` (the same with `F.linear` on the weights as they are: the step before
+it; its row is named by that forward pass: `specrej (llama)`, `specrej (gemma3)`, or `specrej (hf)`
+for a model that has none), `unpacked` (the same with `F.linear` on the weights as they are: the step before
 `engine/linear.py` packed them), `compiled` (the same with `--compile on`, `engine/compiled.py`; its
 first call, the compile included, is printed) and `fallback` (`hf_forward.HFForward`, the path every
 other causal LM takes).
@@ -40,7 +41,8 @@ is what the CLI picks (`specrej.models.loading.resolve_dtype`). Also:
   repetitions, the fastest shape taken as the peak), and the fraction of it each engine reaches,
   counting 2 x parameters FLOPs per decoded token;
 - the cost of `prune` (halving the batch after --new-tokens tokens) vs re-prefilling the
-  survivors' prompt + tokens, which is what an engine without an in-place cache prune pays.
+  survivors' prompt + tokens, which is what an engine without an in-place cache prune pays
+  (at the largest batch size; skipped, with a line saying so, when that is 1 row).
 Nothing here is a test: it prints what it measured, and the command that reproduces it.
 """
 
@@ -94,6 +96,12 @@ def build_engine(model: str, dtype: str) -> Engine:
     return Engine(hf_model, load_tokenizer("default"))
 
 
+def forward_family(engine: Engine) -> str:
+    """The engine's forward pass by name: llama (`llama.LlamaForward`: Llama, Mistral, Qwen2, Qwen3),
+    gemma3 (`gemma3.Gemma3Forward`), hf (the fallback). `forward_kind` says llama for Gemma 3 too."""
+    return type(engine.forward).__name__.removesuffix("Forward").lower()
+
+
 def forward_engines(engine: Engine, names: list[str]) -> dict[str, Engine]:
     """The engine once per forward pass in `names`, sharing one model: "own" (its own, as the CLI
     runs it), "unpacked" (its own with F.linear on the weights as they are, `engine/linear.py`),
@@ -101,7 +109,7 @@ def forward_engines(engine: Engine, names: list[str]) -> dict[str, Engine]:
     engines = {}
     for name in names:
         if name == "own":
-            engines[f"specrej ({engine.forward_kind})"] = engine
+            engines[f"specrej ({forward_family(engine)})"] = engine
         elif name in ("unpacked", "compiled"):
             variant = copy.copy(engine)
             variant.forward = type(engine.forward)(engine.model, compile=name == "compiled",
@@ -322,7 +330,7 @@ def prune_vs_reprefill(engine, prompt_ids, rows: int, new_tokens: int) -> tuple[
     tic = time.perf_counter()
     rollout.halt(halted)
     prune_s = time.perf_counter() - tic
-    ids = torch.cat([torch.tensor([prompt_ids] * survivors.shape[0]), survivors], dim=1)
+    ids = torch.cat([torch.tensor([prompt_ids] * survivors.shape[0], dtype=torch.long), survivors], dim=1)
     tic = time.perf_counter()
     with torch.inference_mode():
         engine.model(ids, attention_mask=torch.ones_like(ids), use_cache=True)  # rebuilds their KV
@@ -429,9 +437,11 @@ def main() -> None:
                                  "tok_s": tok_s, "hf_tok_s": hf, "ratio": tok_s / hf, "frac_peak": tok_s * flops / peak})
                 print(f"{rows:>5} {peak:>12.0f} {name:<26} {label:<20} {tok_s:>7.0f} {hf:>9.0f} {tok_s / hf:>5.2f}x "
                       f"{100 * tok_s * flops / peak:>5.0f}%", flush=True)
-    prune = {}
-    if not args.no_prune:
-        prune_rows = max(int(x) for x in args.batch_sizes.split(","))
+    prune, prune_rows = {}, max(int(x) for x in args.batch_sizes.split(","))
+    if not args.no_prune and prune_rows < 2:  # halving one row leaves no survivor to re-prefill
+        print("prune: skipped (halving needs a batch of at least 2 rows; the largest of --batch-sizes is "
+              f"{prune_rows})")
+    elif not args.no_prune:
         prune_s, reprefill_s = prune_vs_reprefill(engine, prompt_ids, prune_rows, args.new_tokens)
         prune = {"prune_s": prune_s, "reprefill_s": reprefill_s}
         print(f"prune {prune_rows}->{prune_rows // 2} rows after {args.new_tokens} tokens: {prune_s * 1e3:.1f} ms; "

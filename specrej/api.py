@@ -7,7 +7,7 @@ import numbers
 import os
 import traceback
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
@@ -17,6 +17,7 @@ from .engine.engine import Engine
 from .engine.sampling import SamplingParams, check_int
 from .errors import SpecrejError, shown
 from .methods import Method, Params, file_digest, get_method, settings_digest
+from .methods.registry import method_code
 from .methods.session import Result, flop_shapes, run_method
 from .models.loading import load_generator
 from .records.io import PromptItem, RecordWriter, read_prompts
@@ -138,10 +139,12 @@ def output_settings(method: Method, params: dict, *, model: str, reward: str, se
     """Every setting that changes a run file's records: a rerun whose settings differ is refused
     (`io.RecordWriter`). A file parameter counts by its content; the engine's dtype and device
     as loaded (None: not known yet, e.g. before loading); the prompt format as asked for
-    (`prompt_format`, else the engine's), named only when it is not "auto"."""
+    (`prompt_format`, else the engine's), named only when it is not "auto"; the method's code as
+    `method_code` (`registry.method_code`: specrej's version for a built-in method, a digest of
+    its module's source for one from outside), so a rerun after the code changed is refused too."""
     file_params = {p.name for p in method.params if p.type == "path"}
     prompt_format = prompt_format if prompt_format is not None else getattr(engine, "prompt_format", "auto")
-    return {"method": method.name,
+    return {"method": method.name, "method_code": method_code(method),
             **{f"param.{k}": (file_digest(v) if k in file_params and v else v) for k, v in params.items()},
             "model": model, "reward": reward, "seed": seed, **vars(sampling), "memory_budget": memory_budget,
             **({"prompt_format": prompt_format} if prompt_format != "auto" else {}),
@@ -152,26 +155,34 @@ def output_settings(method: Method, params: dict, *, model: str, reward: str, se
 # a method that raises (not SpecrejError) on this many prompts before any succeeded stops the run
 FAIL_FAST_PROMPTS = 3
 
+# the start of a prompt's error when its method completed no response (analysis and the workflow read it)
+NO_COMPLETE_RESPONSE = "no complete response"
+
 
 def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.PathLike, *, engine: Engine,
                 reward: Reward, method: str | Method, model_name: str, reward_name: str, seed: int = 0,
                 sampling: SamplingParams = SamplingParams(), memory_budget: int | None = None,
                 measure_memory: bool | None = None, progress: bool = True, retry_failed: bool = False,
-                checked: Params | None = None, **params) -> RecordWriter:
+                checked: Params | None = None, on_failure: Callable[[PromptItem, str], None] | None = None,
+                **params) -> RecordWriter:
     """Run every prompt not yet in `out` with `method` and its `params` (see `run_one`),
     appending one record per prompt as it finishes.
 
     A prompt that fails gets an error record with the error in one line, and the others go on:
-    bad input for that prompt (empty, too long for the model), its reward raising, or the method
-    itself raising (third-party code, like a reward: its traceback is appended to `out`.log). A
-    method that raises on each of the first FAIL_FAST_PROMPTS prompts of a run, before any
-    succeeded, stops it with one SpecrejError. The returned (closed) writer's `errors` maps the
-    prompt ids that failed, in this run or an earlier one, to their errors; a rerun keeps them
-    unless `retry_failed`, which drops the error records and runs those prompts again. `out` is
-    locked while the run writes it (`io.output_lock`), and a rerun with other settings
-    (`output_settings`) is refused with the setting that differs. Bad settings raise
-    SpecrejError (`check_run`) before `out` is opened or a prompt read; `checked`: parameters that
-    `check_run` already gave, instead of `params`.
+    bad input for that prompt (empty, too long for the model), its reward raising, the method
+    itself raising (third-party code, like a reward: its traceback is appended to `out`.log), or
+    the method completing no response (every one halted: the error starts with
+    NO_COMPLETE_RESPONSE, and the record keeps the whole trajectory, candidates, rounds, timing and
+    cost, beside `error`). Each failure is reported as it happens by `on_failure(item, error)`
+    (the CLI prints one line); None: a UserWarning `prompt ID: error`. A method that raises on
+    each of the first FAIL_FAST_PROMPTS prompts of a run (or on every prompt, when fewer are
+    left to run), before any succeeded, stops it with one SpecrejError. The returned (closed)
+    writer's `errors` maps the prompt ids that failed, in this run or an earlier one, to their
+    errors; a rerun keeps them unless `retry_failed`, which drops the error records and runs
+    those prompts again. `out` is locked while the run writes it (`io.output_lock`), and a rerun
+    with other settings (`output_settings`, the method's code included) is refused with the
+    setting that differs. Bad settings raise SpecrejError (`check_run`) before `out` is opened
+    or a prompt read; `checked`: parameters that `check_run` already gave, instead of `params`.
 
     Each record's params hold the method's setting: {"method", "params", "label"} (the
     configuration key of `analysis`), its `display` (the method's declaration: name, colour,
@@ -194,6 +205,7 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
     shapes = flop_shapes(engine, reward)
     reward = _ReportedReward(reward)
     log = Path(f"{os.fspath(out)}.log")
+    report = on_failure or _warn_failure
     with RecordWriter(out, settings, retry_failed=retry_failed) as writer:
         todo = [item for item in items if item.prompt_id not in writer.done]
         bar = tqdm(todo, desc=f"{method.name} {os.path.basename(os.fspath(out))}", unit="prompt",
@@ -201,34 +213,52 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
         succeeded, crashed = 0, 0
         for item in bar:
             params = {**common, "prompt_seed": prompt_seed(seed, item.prompt_id)}
+            failure = {"prompt_id": item.prompt_id, "prompt": item.prompt, "method": family, "params": params}
             try:
                 result = run_method(method, checked, engine, reward, item.prompt, sampling=sampling,
                                     seed=params["prompt_seed"], memory_budget=memory_budget,
                                     measure_memory=measure_memory, shapes=shapes)
             except SpecrejError as error:
-                warnings.warn(f"prompt {item.prompt_id}: {error}", stacklevel=2)
-                writer.write({"prompt_id": item.prompt_id, "prompt": item.prompt, "method": family,
-                              "params": params, "error": str(error)})
+                writer.write({**failure, "error": str(error)})
+                report(item, str(error))
                 continue
             except Exception as error:  # the method's own bug (not BaseException: Ctrl-C still stops the run)
                 detail = f"{method.name} failed: {one_line(error)}"
                 with open(log, "a", encoding="utf-8") as handle:
                     handle.write(f"prompt {item.prompt_id}: {detail}\n{traceback.format_exc()}\n")
-                warnings.warn(f"prompt {item.prompt_id}: {detail} (traceback in {log})", stacklevel=2)
-                writer.write({"prompt_id": item.prompt_id, "prompt": item.prompt, "method": family,
-                              "params": params, "error": detail})
+                writer.write({**failure, "error": detail})
+                report(item, f"{detail} (traceback in {log})")
                 crashed += 1
                 if not succeeded and crashed >= min(FAIL_FAST_PROMPTS, len(todo)):
-                    raise SpecrejError(f"{detail}, on each of the first {crashed} prompts; stopping (tracebacks in "
-                                       f"{log}; rerun with --retry-failed once it is fixed)") from None
+                    which = ("on the only prompt to run" if crashed == 1 else f"on all {crashed} prompts to run"
+                             if crashed == len(todo) else f"on each of the first {crashed} prompts")
+                    raise SpecrejError(f"{detail}, {which}; stopping (tracebacks in {log}; rerun with "
+                                       "--retry-failed once it is fixed)") from None
                 continue
-            succeeded += 1
             record = result.to_record(item.prompt_id)
             record["params"] = {**record["params"], **params}
+            if record["best"] is None:  # kept whole, so its cost still counts; an error for every reader
+                record["error"] = _no_complete_response(method, result)
+                writer.write(record)
+                report(item, record["error"])
+                continue
+            succeeded += 1
             writer.write(record)
-            if record["best"]:
-                bar.set_postfix(best=f"{record['best']['score']:.3g}", s=f"{record['timing']['total_s']:.1f}")
+            bar.set_postfix(best=f"{record['best']['score']:.3g}", s=f"{record['timing']['total_s']:.1f}")
     return writer
+
+
+def _warn_failure(item: PromptItem, error: str) -> None:
+    warnings.warn(f"prompt {item.prompt_id}: {error}", stacklevel=3)  # at run_prompts' caller
+
+
+def _no_complete_response(method: Method, result: Result) -> str:
+    """Why a prompt has no answer: its method ended with no complete response."""
+    if not result.candidates:
+        return f"{NO_COMPLETE_RESPONSE}: {method.name} generated none"
+    halted = sum(c.halted_round is not None for c in result.candidates)
+    return (f"{NO_COMPLETE_RESPONSE}: {method.name} ended with {len(result.candidates)} responses, none complete "
+            f"({halted} halted by the method)")
 
 
 def one_line(error: BaseException) -> str:

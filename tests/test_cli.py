@@ -39,7 +39,8 @@ def test_round_trip_bon_and_sr(generator_dir, reward_model_dir, prompts_file, tm
         assert r["method"] == "bon" and r["params"]["n"] == 6 and r["params"]["model"] == str(generator_dir)
         assert len(r["candidates"]) == 6 and r["rounds"] == []
         assert r["best"]["score"] == max(c["final_score"] for c in r["candidates"])
-        assert set(r["timing"]) == {"total_s", "generate_s", "score_s"} and r["tokens"]["generated"] > 0
+        assert set(r["timing"]) == {"total_s", "generate_s", "score_s", "compute_s", "compute_clock", "threads"}
+        assert r["timing"]["compute_clock"] == "process_cpu" and r["tokens"]["generated"] > 0
         assert 0 < r["peak_kv_bytes"] <= 64 * 2**20
         best = next(c for c in r["candidates"] if c["id"] == r["best"]["candidate_id"])
         assert best["text"] == r["best"]["text"] and len(best["token_ids"]) == r["best"]["num_tokens"]
@@ -168,21 +169,21 @@ def test_unreadable_prompt_file(generator_dir, tmp_path, capsys):
 def test_empty_and_too_long_prompts_get_error_records_and_others_continue(generator_dir, tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ["List three fruits.", "", "sea " * 400, "Hi"]))
-    with pytest.warns(UserWarning, match="prompt 1: empty prompt"):
-        assert generate(generator_dir, prompts, tmp_path / "o.jsonl", "--method", "bon", "--n", "2") == 1
+    assert generate(generator_dir, prompts, tmp_path / "o.jsonl", "--method", "bon", "--n", "2") == 1
     records = read_records(tmp_path / "o.jsonl")
     assert [("error" in r) for r in records] == [False, True, True, False]
     assert "empty prompt" in records[1]["error"] and "context" in records[2]["error"]
+    err = capsys.readouterr().err
+    assert "specrej: prompt 1 failed: empty prompt\n" in err and "specrej: prompt 2 failed: " in err
     assert (f"2 of 4 prompts failed (1, 2); the first, prompt 1: empty prompt (error records in "
-            f"{tmp_path / 'o.jsonl'}; rerun with --retry-failed") in capsys.readouterr().err
+            f"{tmp_path / 'o.jsonl'}; rerun with --retry-failed") in err
 
 
 @pytest.mark.parametrize("method", [["--method", "bon", "--n", "3"], ["--method", "sr", "--alpha", "0.5"]])
 def test_a_python_reward_that_raises_fails_only_its_prompt(generator_dir, prompts_file, tmp_path, capsys, method):
     out = tmp_path / "o.jsonl"
-    with pytest.warns(UserWarning, match="prompt 1: reward"):
-        assert generate(generator_dir, prompts_file, out, *method, "--batch-size", "4",
-                        "--reward", "python:test_cli:fails_on_gravity") == 1
+    assert generate(generator_dir, prompts_file, out, *method, "--batch-size", "4",
+                    "--reward", "python:test_cli:fails_on_gravity") == 1
     records = read_records(out)
     assert [("error" in r) for r in records] == [False, True, False]
     assert records[1]["error"] == "reward python:test_cli:fails_on_gravity failed: ValueError: no physics here"
@@ -212,9 +213,8 @@ def test_a_reward_model_failing_on_one_input_fails_only_its_prompt(generator_dir
 
     monkeypatch.setattr(LlamaForSequenceClassification, "forward", forward_failing_on_gravity)
     out = tmp_path / "o.jsonl"
-    with pytest.warns(UserWarning, match="prompt 1: reward"):
-        assert generate(generator_dir, prompts_file, out, "--method", "bon", "--n", "2",
-                        "--reward", str(reward_model_dir)) == 1
+    assert generate(generator_dir, prompts_file, out, "--method", "bon", "--n", "2",
+                    "--reward", str(reward_model_dir)) == 1
     records = read_records(out)
     assert [("error" in r) for r in records] == [False, True, False]
     assert records[1]["error"] == (f"reward {reward_model_dir} failed: RuntimeError: "
@@ -223,10 +223,9 @@ def test_a_reward_model_failing_on_one_input_fails_only_its_prompt(generator_dir
 
 def test_when_every_prompt_fails_the_run_says_so_and_exits_1(generator_dir, prompts_file, tmp_path, capsys):
     out = tmp_path / "o.jsonl"
-    with pytest.warns(UserWarning, match="memory budget"):
-        assert generate(generator_dir, prompts_file, out, "--method", "bon", "--n", "2",
-                        "--memory-budget", "1KiB") == 1
+    assert generate(generator_dir, prompts_file, out, "--method", "bon", "--n", "2", "--memory-budget", "1KiB") == 1
     err = capsys.readouterr().err
+    assert err.count("specrej: prompt ") == 3 and "specrej: prompt 0 failed: the memory budget of 1.0 KiB" in err
     assert "specrej: 3 of 3 prompts failed (0, 1, 2); the first, prompt 0: the memory budget of 1.0 KiB" in err
     assert "Traceback" not in err and len(read_records(out)) == 3
     # resuming finds nothing to do and reports the same; --exit-zero makes it a success
@@ -316,8 +315,7 @@ def test_summary_shows_each_prompt_and_its_chosen_response(generator_dir, tmp_pa
     prompts, out = tmp_path / "p.json", tmp_path / "o.jsonl"
     long_prompt = "Write a poem about the sea.\n" * 6
     prompts.write_text(json.dumps([long_prompt, "", "List three fruits."]))
-    with pytest.warns(UserWarning, match="empty prompt"):
-        assert generate(generator_dir, prompts, out, "--method", "bon", "--n", "3") == 1
+    assert generate(generator_dir, prompts, out, "--method", "bon", "--n", "3") == 1
     records = read_records(out)
     capsys.readouterr()
 
@@ -336,3 +334,22 @@ def test_summary_shows_each_prompt_and_its_chosen_response(generator_dir, tmp_pa
     best = records[2]["best"]["text"].strip()
     assert f"    {best[:5]}... [{len(best) - 5} more characters]\n" in text
     assert main(["summary", str(out), "--max-chars", "0"]) == 2
+
+
+def test_summary_of_a_file_holding_only_error_records(tmp_path, capsys):
+    run = tmp_path / "errors.jsonl"
+    records = [{"prompt_id": 0, "prompt": "Hi", "method": "bon", "params": {}, "error": "empty prompt"},
+               {"prompt_id": 1, "method": "bon", "params": {}, "error": "reward r failed: ValueError: x"}]  # no prompt
+    run.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["summary", str(run)]) == 0
+    text = capsys.readouterr().out
+    assert text == (f"== {run}: 2 prompts, 2 failed\n\n[0] ERROR empty prompt\n  prompt: Hi\n\n"
+                    "[1] ERROR reward r failed: ValueError: x\n  prompt: \n\n")
+
+
+def test_summary_of_a_file_that_is_no_run_says_so_in_one_line(tmp_path, capsys):
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"prompt_id": 0, "prompt": "Hi", "answer": "x"}) + "\n")
+    assert main(["summary", str(other)]) == 2
+    assert capsys.readouterr().err == (f"specrej: error: {other} is not a run file of specrej generate "
+                                       "(a record lacks best)\n")

@@ -191,3 +191,67 @@ def test_readme_links_point_to_files_that_exist():
     assert local
     missing = [target for target in local if not (ROOT / target).exists()]
     assert not missing, missing
+
+
+# -- the interface a method is written against (docs/methods.md, "Adding a method") --------------------------
+# (class, how docs/methods.md names its members, the variable the built-in methods hold it in)
+METHOD_INTERFACE = [("specrej.methods.session:Session", "session", "session"),
+                    ("specrej.engine.decoding:Rollout", "rollout", "rollout"),
+                    ("specrej.records.result:Candidate", "candidate", None),
+                    ("specrej.records.result:Round", "Round", None)]
+NOT_FOR_METHODS = re.compile(r"Not for methods[^:]*:(.*?)(?:\n\s*\n|$)", re.DOTALL)
+
+
+def public_names(cls) -> dict[str, object]:
+    """{name: the class member, or None for an instance attribute}: the class's public members,
+    dataclass fields and every `self.NAME = ...` of its __init__ (what `dir(instance)` shows)."""
+    import ast
+    import dataclasses
+    import inspect
+    import textwrap
+
+    names = {name: member for name, member in vars(cls).items() if not name.startswith("_")}
+    names.update({f.name: None for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {})
+    if not dataclasses.is_dataclass(cls):
+        init = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
+        targets = [t for node in ast.walk(init) if isinstance(node, (ast.Assign, ast.AnnAssign))
+                   for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
+        elements = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+        names.update({e.attr: None for e in elements if isinstance(e, ast.Attribute)
+                      and isinstance(e.value, ast.Name) and e.value.id == "self" and not e.attr.startswith("_")})
+    return {name: None if not (callable(m) or isinstance(m, property)) else m for name, m in names.items()}
+
+
+def used_by_the_methods(variable: str) -> set[str]:
+    """The names the built-in methods read on `variable` (e.g. `rollout.length`)."""
+    sources = [p.read_text() for p in sorted((ROOT / "specrej" / "methods").glob("*.py")) if p.name != "session.py"]
+    return {name for text in sources for name in re.findall(rf"\b{variable}\.(\w+)", text)}
+
+
+@pytest.mark.parametrize(("target", "prefix", "variable"), METHOD_INTERFACE)
+def test_every_name_a_method_may_use_is_documented(target, prefix, variable):
+    """Each public name of the session, a rollout, a candidate and a round is either the method's
+    (a docstring of its own for a call or property, named in the class docstring for an attribute or
+    field, and a row of docs/methods.md's tables) or named in the class docstring's "Not for methods"
+    paragraph; the built-in methods use only the former."""
+    import importlib
+
+    module, name = target.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    docstring = cls.__doc__ or ""
+    internal = set(re.findall(r"`(\w+)`", "".join(NOT_FOR_METHODS.findall(docstring))))
+    page = (ROOT / "docs" / "methods.md").read_text()
+    names = public_names(cls)
+    assert not internal - set(names), f"{name}'s docstring names no such members: {sorted(internal - set(names))}"
+    for member_name, member in sorted(names.items()):
+        if member_name in internal:
+            continue
+        if member is None:
+            assert f"`{member_name}`" in docstring, f"{name}.{member_name}: name and describe it in {name}'s docstring"
+        else:
+            function = member.fget if isinstance(member, property) else member
+            assert function.__doc__, f"{name}.{member_name}: no docstring"
+        assert f"`{prefix}.{member_name}" in page, f"docs/methods.md does not list `{prefix}.{member_name}`"
+    if variable:
+        misused = used_by_the_methods(variable) & internal
+        assert not misused, f"the built-in methods use {name}'s book-keeping {sorted(misused)}: document it for methods"

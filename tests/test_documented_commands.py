@@ -8,6 +8,8 @@ Each runs as written plus `SIZE_ARGS` appended (argparse keeps an option's last 
 random model built in code instead of the real one, a few tokens, one round. The commands of one
 page run in order in one folder (`specrej summary runs/sr.jsonl` reads what the `generate` before it
 wrote); `benchmarks` and `examples` are linked into it, so paths read as they do in the repository.
+A program that reads a finished study (`READS_A_STUDY`) runs on a tiny one the test writes into that
+folder, never on the checkout's own results/: the suite does not depend on what the working tree holds.
 Programs that load the real default model whatever they are given are marked slow.
 """
 
@@ -47,12 +49,14 @@ SIZE_ARGS = {
     # the real default model, whatever the arguments: slow (doctor's smoke run loads it when it is cached)
     "python benchmarks/bf16_logprob_tolerance.py": ["--count", "1", "--n", "2", "--max-new-tokens", "4"],
     "python benchmarks/init_batch_rule.py": ["--count", "1", "--max-new-tokens", "16", "--memory-budget", "16MiB"],
-    "python benchmarks/st_bon_agreement.py": [],
+    "python benchmarks/st_bon_agreement.py": ["--model", "{generator}"],
     "python benchmarks/profile_decode_step.py": ["--model", "{generator}", "--batch-sizes", "2", "--new-tokens", "2"],
     "specrej doctor": [],
 }
-SLOW = {"python benchmarks/bf16_logprob_tolerance.py", "python benchmarks/init_batch_rule.py",
-        "python benchmarks/st_bon_agreement.py", "specrej doctor"}
+SLOW = {"python benchmarks/bf16_logprob_tolerance.py", "python benchmarks/init_batch_rule.py", "specrej doctor"}
+# programs whose first argument is a finished study's folder (RESULTS_DIR) -> its pair's default
+# (--pair): the test writes a tiny study there first (`write_tiny_study`)
+READS_A_STUDY = {"python benchmarks/st_bon_agreement.py": "smollm2--logprob"}
 # the engine benchmark's peers (--peers ct2-..., llamacpp-...): the module each needs, and why it may be missing
 PEER_PACKAGES = {
     "ct2-": ("ctranslate2", "CTranslate2 is not installed (pip install -e '.[bench]')"),
@@ -131,6 +135,21 @@ def page_folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def write_tiny_study(command: str, folder: Path, models: dict) -> None:
+    """The part of a finished study that `command` reads, written under `folder` by the tiny generator:
+    its pair's Best-of-N shards as the workflow's `bon_shard` rule lays them out
+    (<RESULTS_DIR>/runs/<pair>/bon/shard<k>/chunk0.jsonl, shard k with seed k), two of 4 responses."""
+    words = shlex.split(command)
+    results = folder / words[len(shlex.split(program(command)))]
+    pair = words[words.index("--pair") + 1] if "--pair" in words else READS_A_STUDY[program(command)]
+    for shard in range(2):
+        out = results / "runs" / pair / "bon" / f"shard{shard}" / "chunk0.jsonl"
+        done = run_in(folder, [str(BIN / "specrej"), "generate", "--method", "bon", "--n", "4", "--batch-size", "4",
+                               "--model", models["generator"], "--reward", "logprob", "--max-new-tokens", "4",
+                               "--seed", str(shard), "--prompts", "prompts.json", "--out", str(out), "--no-progress"])
+        assert done.returncode == 0, f"the tiny study for `{command}`: {done.stderr[-3000:]}"
+
+
 def test_the_pattern_finds_the_documented_commands():
     """A guard on the pattern itself: commands known to be in the docs are found, as written."""
     found = documented_commands()
@@ -145,6 +164,19 @@ def test_the_pattern_finds_the_documented_commands():
 def test_every_documented_program_has_its_size_arguments():
     programs = {program(c) for commands in documented_commands().values() for c in commands}
     assert not programs - set(SIZE_ARGS), f"add size arguments for {sorted(programs - set(SIZE_ARGS))} to SIZE_ARGS"
+
+
+def test_no_test_reads_the_checkouts_own_results():
+    """The suite takes as long, and passes alike, on a checkout holding a finished study
+    (`make study`, then `make test`) as on a fresh clone: no test names the working tree's
+    results folder (a documented command that reads a study gets a tiny one: `READS_A_STUDY`)."""
+    working_tree_results = re.compile(r"""ROOT\s*/\s*["']results\b|ROOT\s*/\s*["']\S*results/runs""")
+    tests = sorted(Path(__file__).parent.rglob("*.py"))
+    offenders = [f"{path.relative_to(ROOT)}:{number}" for path in tests
+                 for number, line in enumerate(path.read_text().splitlines(), 1) if working_tree_results.search(line)]
+    assert not offenders, f"these lines read the checkout's own results/: {offenders}"
+    # and every program that reads a study is one the docs run, so its tiny study is made
+    assert set(READS_A_STUDY) <= {program(c) for commands in FAST_PAGES.values() for c in commands}
 
 
 def first_appearances() -> dict[str, list[str]]:
@@ -174,6 +206,8 @@ def test_the_commands_of_a_page_run_as_written(page, models, tmp_path):
         if missing:
             not_installed[command] = missing[0]
             continue
+        if program(command) in READS_A_STUDY:
+            write_tiny_study(command, folder, models)
         done = run_in(folder, runnable(command, models))
         assert done.returncode == 0, f"{page}: `{command}` failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     if not_installed:
@@ -184,9 +218,5 @@ def test_the_commands_of_a_page_run_as_written(page, models, tmp_path):
 @pytest.mark.parametrize(("page", "command"), SLOW_COMMANDS)
 def test_the_commands_on_the_real_model_run_as_written(page, command, models, tmp_path):
     folder = page_folder(tmp_path)
-    if program(command) == "python benchmarks/st_bon_agreement.py":
-        if not (ROOT / "results" / "runs").is_dir():
-            pytest.skip("needs a finished default study in results/ (make study)")
-        (folder / "results").symlink_to(ROOT / "results")
     done = run_in(folder, runnable(command, models))
     assert done.returncode == 0, f"{page}: `{command}` failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"

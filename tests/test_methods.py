@@ -326,7 +326,9 @@ def test_a_method_that_raises_on_every_prompt_stops_early_with_one_line(generato
     assert generate(generator_dir, prompts, out, "--method", "python:always_broken:SOMETIMES",
                     "--param", "fail_on=1,2,3,4,5,6") == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("specrej")]
-    assert len(lines) == 1 and "on each of the first 3 prompts; stopping" in lines[0], lines
+    # one line per failed prompt as it fails, then the one that stops the run
+    assert [line.split(" failed:")[0] for line in lines[:3]] == [f"specrej: prompt {i}" for i in range(3)], lines
+    assert len(lines) == 4 and "on each of the first 3 prompts; stopping" in lines[3], lines
     assert len(read_records(out)) == 3  # the three error records are kept; prompts 4-6 never ran
 
 

@@ -132,6 +132,41 @@ def test_bad_rule_settings_name_the_parameter():
         PandoraStopping(n_max=20, cost=0.01, min_open=4)
 
 
+# b = sqrt(ln m * ln 20 / m) at delta 0.05: m = 4 gives sqrt(1.386 * 2.996 / 4) = 1.019 (refused),
+# m = 5 gives sqrt(1.609 * 2.996 / 5) = 0.982 (taken), and b falls as m grows from 3 on
+SMALL_N_WORKS = "--param min_open from 5 to 8 works with --n 8 and --param delta=0.05"
+
+
+def test_the_rule_is_checked_with_the_parameters_and_names_the_values_that_work():
+    from specrej.methods import get_method
+
+    pandora = get_method("pandora")
+    with pytest.raises(SpecrejError, match=r"^--param min_open \(20\) must be at most --n \(8\): " + SMALL_N_WORKS):
+        pandora.check({"n": 8, "cost": 0.01})  # the default min_open, before any model loads
+    with pytest.raises(SpecrejError, match=r"^--param min_open=4 is too few for --param delta=0.05: .*; "
+                       + SMALL_N_WORKS):
+        pandora.check({"n": 8, "cost": 0.01, "min_open": 4})
+    assert pandora.check({"n": 8, "cost": 0.01, "min_open": 5}).min_open == 5
+    assert pandora.check({"n": 8, "cost": 0.01, "min_open": 8}).min_open == 8
+    # N = 4 is below every min_open delta 0.05 takes; delta 0.2 (ln 5 = 1.609) takes every one from 2:
+    # b(2) = b(4) = sqrt(0.693 * 1.609 / 2) = 0.747 and b(3) = sqrt(1.099 * 1.609 / 3) = 0.768
+    with pytest.raises(SpecrejError, match=r"--param delta=0.05 needs min_open, and so --n, of at least 5"):
+        pandora.check({"n": 4, "cost": 0.01, "min_open": 4})
+    with pytest.raises(SpecrejError, match=r"--param min_open from 2 to 4 works with --n 4 and --param delta=0.2"):
+        pandora.check({"n": 4, "cost": 0.01, "delta": 0.2})
+
+
+def test_the_command_line_refuses_a_small_n_before_loading_the_model(prompts_file, tmp_path, capsys):
+    from specrej.cli.main import main
+
+    out = tmp_path / "o.jsonl"
+    assert main(["generate", "--model", str(tmp_path / "no-model"), "--prompts", str(prompts_file), "--out", str(out),
+                 "--method", "pandora", "--n", "8", "--param", "cost=0.01"]) == 2  # no model: it was not loaded
+    err = capsys.readouterr().err
+    assert err.startswith("specrej: error: --param min_open (20) must be at most --n (8): " + SMALL_N_WORKS)
+    assert err.count("\n") == 1 and not out.exists()
+
+
 # ------------------------------------------------------------------------------------------
 # the method on the tiny model
 # ------------------------------------------------------------------------------------------

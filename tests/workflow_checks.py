@@ -65,9 +65,9 @@ def assert_summary_matches_the_run_files(results: Path) -> None:
         top = {p: runs[bon_min][p]["best"]["score"] for p in common}
         bottom = {p: runs[bon_min][p]["worst"]["score"] for p in common}
 
-        # eq. 7's numerator: shards x mean shard time = summed shard time; the same in FLOPs (a merged
-        # record holds its shards' sum), None where a record has no count
-        compute = {label: sum(by_prompt[p]["params"].get("shards", 1) * by_prompt[p]["timing"]["total_s"]
+        # eq. 7's numerator: shards x mean shard compute (CPU seconds) = summed shard compute; the same
+        # in FLOPs (a merged record holds its shards' sum), None where a record has no count
+        compute = {label: sum(by_prompt[p]["params"].get("shards", 1) * by_prompt[p]["timing"]["compute_s"]
                               for p in common) for label, by_prompt in runs.items()}
         counts = {label: [(by_prompt[p].get("flops") or {}).get("total") for p in common]
                   for label, by_prompt in runs.items()}

@@ -5,6 +5,8 @@
   ``specrej.cli.main.build_parser`` by the tests); ``prefix_args``: ``specrej score-prefixes``'.
 - ``partial_path``: the file the engine writes while a job runs.
 - ``needs_gpu`` / ``judge_resources``: what a scheduler places a job by (config `resources`).
+- ``method_source`` / ``method_code``: what identifies a method's code (a method_run job's
+  input and params, so a changed method reruns).
 """
 
 from __future__ import annotations
@@ -112,3 +114,26 @@ def judge_resources(config: dict) -> dict:
     if local_judge(config):
         return dict(config["resources"]["evaluate"])
     return {**config["resources"]["analysis"], "gpu": 0}
+
+
+def method_source(spec: str) -> str | None:
+    """The source file of a ``python:module:attribute`` method's module (None for a built-in
+    method, or a module without a file)."""
+    if not spec.startswith("python:"):
+        return None
+    import importlib.util
+
+    found = importlib.util.find_spec(spec.removeprefix("python:").partition(":")[0])
+    origin = found.origin if found is not None else None
+    return origin if origin and Path(origin).is_file() else None
+
+
+def method_code(spec: str) -> str:
+    """What identifies a method's code, for the generation jobs' params (a change reruns them, as
+    a changed parameter does): the value the run's records keep (`registry.method_code`): the
+    digest of its module's content for a method from outside the package, the installed specrej
+    version for a built-in one."""
+    from specrej.methods.registry import package_code, sources_code
+
+    source = method_source(spec)
+    return sources_code([source]) if source is not None else package_code()

@@ -179,14 +179,24 @@ def _read_csv(path: Path) -> list[dict]:
 
 
 def failed_prompts_message(results: str) -> str | None:
-    """How many prompts failed (they are left out of the tables), or None."""
+    """How many prompts failed (they are left out of the tables) and which method settings
+    completed no response on any prompt (``run_answered`` 0: rows of their own in the tables),
+    or None."""
     path = Path(results) / "failed_prompts.csv"
     rows = _read_csv(path) if path.exists() else []
     if not rows:
         return None
-    prompts = sorted({row["prompt_id"] for row in rows})
-    return (f"specrej: {len(prompts)} prompt(s) failed in {len(rows)} run(s) and are left out of the tables: "
-            f"{', '.join(prompts)} (see {path})")
+    silent = {row["run"]: row.get("method_label") or row["run"] for row in rows if row.get("run_answered") == "0"}
+    partial = [row for row in rows if row["run"] not in silent]
+    lines = []
+    if partial:
+        prompts = sorted({row["prompt_id"] for row in partial})
+        lines.append(f"specrej: {len(prompts)} prompt(s) failed in {len(partial)} run(s) and are left out of the "
+                     f"tables: {', '.join(prompts)} (see {path})")
+    if silent:
+        lines.append(f"specrej: {len(silent)} method setting run(s) completed no response on any prompt; the tables "
+                     f"show them as such: {', '.join(sorted(set(silent.values())))} (see {path})")
+    return "\n".join(lines)
 
 
 def out_of_range_messages(results: str) -> list[str]:

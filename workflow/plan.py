@@ -278,9 +278,9 @@ def method_settings(config: dict) -> dict[tuple[str, str], dict]:
 
 
 def check_methods(config: dict):
-    """Yield one message per `methods:` problem: an unknown method, a parameter it does not
-    take, a value out of its declared range or a file parameter naming no file (each naming the
-    entry and the key)."""
+    """Yield one message per `methods:` problem: an unknown method or parameter, a value out of
+    range, a file parameter naming no file, a required parameter missing from the grid, a
+    combination the method's `requires` refuses (each naming ``methods[i].grid.key``)."""
     from specrej.errors import SpecrejError
     from specrej.methods import get_method
 
@@ -295,12 +295,15 @@ def check_methods(config: dict):
         if method.name in own_blocks:
             yield f"methods[{i}].name: {method.name} has its own block ({own_blocks[method.name]})"
             continue
-        for key, values in entry.get("grid", {}).items():
-            for value in values:
-                try:
-                    method.param(key).check(value, method.description)  # a "path" parameter: its file exists
-                except SpecrejError as error:
-                    yield f"methods[{i}].grid.{key}: {error}"
+        grid = entry.get("grid", {})
+        problems = {f"methods[{i}].grid.{key}: {method._unknown(key)}": None  # an unknown key
+                    for key in grid if key not in {p.name for p in method.params}}
+        for values in [] if problems else itertools.product(*grid.values()):  # values, required keys, relations
+            try:
+                method.check(dict(zip(grid, values)), lambda name, i=i: f"methods[{i}].grid.{name}")
+            except SpecrejError as error:
+                problems[str(error)] = None
+        yield from problems
         if method.name in seen:
             yield f"methods[{i}].name: {method.name} is listed twice (methods[{seen[method.name]}]); merge the grids"
         seen[method.name] = i

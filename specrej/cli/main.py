@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import errno
 import os
 import signal
 import sys
 import threading
+import warnings
 
 from ..errors import SpecrejError
 from .parser import build_parser
@@ -40,32 +42,42 @@ def _shorten(text: str, limit: int | None) -> str:
 
 
 def summarize(args: argparse.Namespace) -> None:
-    from ..records.io import read_records
-
     if args.max_chars is not None and args.max_chars < 1:
         raise SpecrejError(f"--max-chars must be >= 1, got {args.max_chars}")
     for path in args.runs:
-        records = read_records(path)
-        if not records:
-            raise SpecrejError(f"no complete records in {path}")
-        failed = sum("error" in r for r in records)
-        print(f"== {path}: {len(records)} prompts" + (f", {failed} failed" if failed else "") + "\n")
-        for r in records:
-            prompt = f"  prompt: {_one_line(r['prompt'], PROMPT_WIDTH)}"
-            if "error" in r:
-                print(f"[{r['prompt_id']}] ERROR {r['error']}\n{prompt}\n")
-                continue
-            best = r["best"]
-            print(f"[{r['prompt_id']}] score {best['score'] if best else float('nan'):.4g} | "
-                  f"{r.get('num_candidates', len(r['candidates']))} candidates, {len(r['rounds'])} rounds | "
-                  f"{r['tokens']['generated']} tokens in {r['timing']['total_s']:.1f}s "
-                  f"(score {r['timing']['score_s']:.1f}s) | peak KV {r['peak_kv_bytes'] / 2**20:.1f} MiB")
-            print(prompt)
-            if best is None:
-                print("  response: none completed\n")
-                continue
-            text = _shorten(best["text"].strip(), args.max_chars)  # indented, so each record stands apart
-            print(f"  response ({best['num_tokens']} tokens):\n    " + text.replace("\n", "\n    ") + "\n")
+        try:
+            _summarize_run(path, args.max_chars)
+        except (KeyError, TypeError, AttributeError) as error:  # a JSON file that is no run of `specrej generate`
+            raise SpecrejError(f"{path} is not a run file of specrej generate (a record lacks "
+                               f"{error.args[0] if isinstance(error, KeyError) else 'the expected fields'})") from None
+
+
+def _failed(record: dict) -> bool:
+    """An error record, or a record from before a prompt with no complete response got an error."""
+    return "error" in record or record["best"] is None
+
+
+def _summarize_run(path: str, max_chars: int | None) -> None:
+    from ..records.io import read_records
+
+    records = read_records(path)
+    if not records:
+        raise SpecrejError(f"no complete records in {path}")
+    failed = sum(_failed(r) for r in records)
+    print(f"== {path}: {len(records)} prompts" + (f", {failed} failed" if failed else "") + "\n")
+    for r in records:
+        prompt = f"  prompt: {_one_line(r.get('prompt') or '', PROMPT_WIDTH)}"
+        if _failed(r):
+            print(f"[{r['prompt_id']}] ERROR {r.get('error', 'no complete response')}\n{prompt}\n")
+            continue
+        best = r["best"]
+        print(f"[{r['prompt_id']}] score {best['score']:.4g} | "
+              f"{r.get('num_candidates', len(r['candidates']))} candidates, {len(r['rounds'])} rounds | "
+              f"{r['tokens']['generated']} tokens in {r['timing']['total_s']:.1f}s "
+              f"(score {r['timing']['score_s']:.1f}s) | peak KV {r['peak_kv_bytes'] / 2**20:.1f} MiB")
+        print(prompt)
+        text = _shorten(best["text"].strip(), max_chars)  # indented, so each record stands apart
+        print(f"  response ({best['num_tokens']} tokens):\n    " + text.replace("\n", "\n    ") + "\n")
 
 
 def method_arguments(args: argparse.Namespace):
@@ -76,19 +88,35 @@ def method_arguments(args: argparse.Namespace):
     from ..methods import built_in, get_method
 
     method = get_method(args.method)
-    flagged = {param.name for m in built_in().values() for param in m.params if param.flag}
-    given = {name: getattr(args, name) for name in flagged if getattr(args, name, None) is not None}
+    cli_flags = {param.name: param.flag for m in built_in().values() for param in m.params if param.flag}
+    given = {name: getattr(args, name) for name in cli_flags if getattr(args, name, None) is not None}
+    typed = set()  # the parameters given as --param NAME=VALUE
     for text in args.param:
         name, equals, value = text.partition("=")
         if not equals or not name:
             raise SpecrejError(f"--param must be NAME=VALUE, got {text!r}")
         if name in given:
             raise SpecrejError(f"{method.name}'s parameter {name!r} is given twice")
-        given[name] = method.param(name).parse(value)
+        given[name] = dataclasses.replace(method.param(name), flag=f"--param {name}").parse(value)
+        typed.add(name)
+    method = _named_as_typed(method, cli_flags, typed)
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
     method, params = check_run(method, given, sampling=sampling, seed=args.seed, memory_budget=args.memory_budget,
                                reward_batch_size=args.reward_batch_size)
     return method, params, sampling
+
+
+def _named_as_typed(method, cli_flags: dict[str, str], typed: set[str]):
+    """`method` with each parameter named in messages as the command line gives it: `--param NAME`
+    when given so; else its own flag, or the option that sets a built-in parameter of its name
+    (`--n` for a python:module:attribute method's n), or `--param NAME`."""
+    params = []
+    for param in method.params:
+        option = f"--param {param.name}" if param.name in typed else param.flag or cli_flags.get(param.name)
+        params.append(param if option == param.flag else dataclasses.replace(param, flag=option))
+    if all(new is old for new, old in zip(params, method.params)):
+        return method
+    return dataclasses.replace(method, params=tuple(params))
 
 
 def generate(args: argparse.Namespace) -> int:
@@ -137,7 +165,7 @@ def _generate(args: argparse.Namespace, prompts: list, sampling, method, params:
         writer = run_prompts(prompts, args.out, engine=engine, reward=reward, method=method,
                              model_name=args.model, reward_name=args.reward, seed=args.seed, sampling=sampling,
                              memory_budget=args.memory_budget, progress=not args.no_progress,
-                             retry_failed=args.retry_failed, checked=params)
+                             retry_failed=args.retry_failed, checked=params, on_failure=_print_failure)
     failed = [(item.prompt_id, writer.errors[item.prompt_id]) for item in prompts if item.prompt_id in writer.errors]
     if not failed:
         return 0
@@ -146,6 +174,13 @@ def _generate(args: argparse.Namespace, prompts: list, sampling, method, params:
     print(f"specrej: {len(failed)} of {len(prompts)} prompts failed ({ids}); the first, prompt {prompt_id}: {error} "
           f"(error records in {args.out}; rerun with --retry-failed to run them again)", file=sys.stderr)
     return 0 if args.exit_zero else 1
+
+
+def _print_failure(item, error: str) -> None:
+    """One line per failed prompt as it fails (above the progress bar)."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(f"specrej: prompt {item.prompt_id} failed: " + " ".join(error.splitlines()), file=sys.stderr)
 
 
 def score_prefixes(args: argparse.Namespace) -> None:
@@ -186,10 +221,32 @@ def _interrupted_status(interrupt: KeyboardInterrupt) -> int:
     return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
 
 
+@contextlib.contextmanager
+def _own_warning_lines():
+    """specrej's own warnings (a prompt retried after out-of-memory, NaN scores) printed as one
+    line, `specrej: warning: MESSAGE`, rather than Python's two (the source line beneath); other
+    packages' warnings as Python prints them."""
+    original = warnings.formatwarning
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def one_line(message, category, filename, lineno, line=None):
+        if os.path.abspath(filename).startswith(package + os.sep):
+            return "specrej: warning: " + " ".join(str(message).splitlines()) + "\n"
+        return original(message, category, filename, lineno, line)
+
+    warnings.formatwarning = one_line
+    try:
+        yield
+    finally:
+        warnings.formatwarning = original
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`specrej ARGV`; returns the exit status: 0, 1 (every prompt failed), 2 (bad input, one
-    line on stderr), 130 / 143 (Ctrl-C / SIGTERM: what was finished stays, a rerun resumes)."""
-    with _signals_stop():
+    """`specrej ARGV`; returns the exit status: `specrej generate`'s is `parser.GENERATE_EXIT_STATUS`
+    (0 all prompts answered, 1 some failed, 2 refused or stopped, 130 / 143 interrupted); the
+    other commands give 0, or 2 for bad input (one line on stderr), and doctor 1 when a check
+    failed."""
+    with _signals_stop(), _own_warning_lines():
         try:
             try:
                 args = build_parser().parse_args(argv)
@@ -205,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        if hasattr(args, "threads"):  # the model-running commands: before a model loads
+            from ..engine.work_clock import set_threads
+
+            set_threads(args.threads)
         commands = {"generate": generate, "score-prefixes": score_prefixes, "summary": summarize,
                     "fetch-model": fetch_models, "doctor": doctor}
         return commands[args.command](args) or 0

@@ -42,6 +42,12 @@ def _ints(text: str) -> list[int]:
                                          + (" (an empty item)" if str(error) == "an empty item" else "")) from error
 
 
+def _threads(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of threads, 1 or more, got {shown(text)}")
+    return int(text)
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors on one line, as the other bad input's: `specrej: error: --top-p must be a
     number, got 'x' (see specrej generate --help)`, exit status 2 (no usage block)."""
@@ -70,6 +76,28 @@ class _Replaced(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         parser.error(f"argument {option_string}: was removed; use {self.replacement}")
 
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Each option's default after its help, once: not when there is none to show (None, False,
+    an empty list) or when the help already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text, default = action.help or "", action.default
+        if (not action.option_strings or "(default" in text or default is None or default is False
+                or default == [] or default is argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+# the one statement of `specrej generate`'s exit status: its --help, docs/cli.md and main's docstring
+GENERATE_EXIT_STATUS = (
+    "Exit status: 0 when every prompt of FILE has a record in OUT and none is an error; 1 when any has an error "
+    "record (a failed prompt: its error is printed on one line as it fails), whether from this run or an earlier "
+    "one, so also on a rerun with nothing left to do (--retry-failed runs them again; --exit-zero makes this 0); "
+    "2 when the run is refused or stopped: bad input (one line, before any model loads), or a method that raised "
+    "on each of its first 3 prompts (on every one, when fewer are run) before any succeeded (the rest are not run; "
+    "tracebacks in OUT.log); "
+    "130 / 143 when stopped by Ctrl-C / SIGTERM (OUT keeps the finished prompts: rerun to resume).")
 
 _ARG_TYPES = {"int": int, "float": float, "ints": _ints, "str": str, "path": str}
 
@@ -108,15 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
     runtime.add_argument("--reward-batch-size", type=int, default=16, help="responses per reward-model forward pass")
     runtime.add_argument("--trust-remote-code", action="store_true", help="allow models with custom code (e.g. ArmoRM)")
     runtime.add_argument("--no-progress", action="store_true", help="no progress bar")
+    runtime.add_argument("--threads", type=_threads, metavar="N",
+                         help="CPU threads torch runs on (default: OMP_NUM_THREADS if set, else 1, which keeps its "
+                              "speed and its recorded compute beside other busy processes)")
 
     gen = commands.add_parser(
         "generate", help="Best-of-N or Speculative Rejection over a prompt file, one JSONL record per prompt",
         description="Run a decoding method (Best-of-N, Speculative Rejection, ...) on every prompt of FILE and append one "
                     "JSON line per prompt to OUT as it finishes. Rerunning with the same OUT skips prompts already "
-                    "done. Exit status: 0 when at least one prompt succeeded (a failed prompt gets an error record), "
-                    "1 when every prompt failed, 2 for bad input (checked before anything is loaded), 130 / 143 "
-                    "when stopped by Ctrl-C / SIGTERM (OUT keeps the finished prompts: rerun to resume).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter, parents=[runtime])
+                    "done. " + GENERATE_EXIT_STATUS,
+        formatter_class=_HelpFormatter, parents=[runtime])
     gen.add_argument("--model", default="default",
                      help="generator: Hugging Face id, local directory, .gguf file, 'default' (SmolLM2-135M-Instruct) "
                           "or 'gemma3-270m' (Gemma 3 270M, a base model: prompts as plain text; Gemma Terms of Use "
@@ -149,18 +178,24 @@ def build_parser() -> argparse.ArgumentParser:
     _method_flags(gen, built_in().values())
     gen.add_argument("--rejection", action=_Replaced, help=argparse.SUPPRESS,
                      replacement="--method sr-adaptive (for --rejection adaptive) or --method sr (for alpha)")
-    gen.add_argument("--max-new-tokens", type=int, default=256)
-    gen.add_argument("--temperature", type=float, default=1.0)
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--top-k", type=int, default=0)
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--max-new-tokens", type=int, default=256,
+                     help="the most tokens generated per response, >= 1 (a response cut there counts as complete)")
+    gen.add_argument("--temperature", type=float, default=1.0,
+                     help="sampling temperature: 0 is greedy, else a finite number > 0")
+    gen.add_argument("--top-p", type=float, default=1.0,
+                     help="nucleus sampling: keep the most likely tokens up to this probability, in (0, 1]; "
+                          "1 keeps all")
+    gen.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens, >= 0; 0 keeps all")
+    gen.add_argument("--seed", type=int, default=0,
+                     help="any integer; each prompt's seed is derived from it and the prompt id, so the same seed "
+                          "gives the same outputs, resumed or reordered")
     gen.add_argument("--prompts", required=True, metavar="FILE", help=".json, .jsonl or .txt prompts")
     gen.add_argument("--out", required=True, metavar="OUT.jsonl",
                      help="appended to; locked (OUT.jsonl.lock) while a run writes it, so a second run on it is "
                           "refused")
     gen.add_argument("--exit-zero", action="store_true",
-                     help="exit 0 even when prompts failed (e.g. a workflow job whose prompts may fail: their error "
-                          "records are its result); by default a failed prompt makes the exit status 1")
+                     help="exit 0 instead of 1 when prompts failed (e.g. a workflow job whose prompts may fail: "
+                          "their error records are its result); bad input and a stopped run still exit 2")
     gen.add_argument("--retry-failed", action="store_true",
                      help="run again the prompts whose records in OUT are errors (by default a rerun keeps them and "
                           "runs only the prompts OUT lacks)")
@@ -172,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "its tokenizer) with the reward, and write one row per (prompt, candidate, tau) to OUT: "
                     "prompt_id (as a string), candidate_id, tau, partial_score, final_score, num_tokens, "
                     "finished_before_tau. Candidates halted before completing have no final score and are left out.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter, parents=[runtime])
+        formatter_class=_HelpFormatter, parents=[runtime])
     prefixes.add_argument("--trajectories", required=True, metavar="RUN.jsonl",
                           help="a run written by `specrej generate` (normally Best-of-N)")
     prefixes.add_argument("--reward", required=True,
@@ -211,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "prompt with the default model, with its tokens/s (a few seconds on a CPU). Each line starts with "
                     "ok, FAIL, note (information, never a failure) or skip, then `CHECK: what was found`; a FAIL "
                     "line says `what is wrong — what to do`. Exit status: 0 when no check failed, 1 when one did.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=_HelpFormatter)
     doctor.add_argument("--device", default="auto", help="the device to check, as the other commands take it: auto "
                         "(cuda when torch sees a CUDA device, else cpu), cpu, cuda, cuda:1, ...")
     doctor.add_argument("--fetch", action="store_true",

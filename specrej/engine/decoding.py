@@ -233,6 +233,18 @@ class Rollout:
     first dimension is the row, and is pruned together with the KV cache. With
     `collect_layer_states` set, each step also keeps its rows' every-layer states of the token it
     fed (`layer_states`, [num_layer_states, rows, hidden]); off, the decode loop does no extra work.
+
+    What a method reads (docs/methods.md lists each; rows are the live rows, in one order):
+    `length` (tokens sampled per live row), `num_rows`, `candidate_ids` ([rows], each row's
+    `Candidate.id`), `tokens` and `logprobs` ([rows, max_new_tokens], each row's sampled tokens and
+    their log-probs, valid up to `length`), `needs_room`, `sampled_ids` and `top_logprobs` (the last
+    step's rows as they sampled, finished ones included, and with `top_k_logprobs` their k largest
+    log-probs [rows, k]), `layer_states` and `collect_layer_states` (set it False to stop collecting).
+
+    Not for methods (the session drives them): `step`, `partial_outputs`, `halt`, `grow`,
+    `release`, `released`, `model`, `params`, `generator`, `stop_token_ids`, `sample_chunk_rows`,
+    `decode_chunk_bytes`, `cache`, `hidden`, `tokens_generated`, `tokens_fed`,
+    `positions_attended`, `top_k_logprobs`.
     """
 
     def __init__(self, model: ForwardPass, prompt: PrefilledPrompt, rows: int, max_len: int,
@@ -275,6 +287,7 @@ class Rollout:
 
     @property
     def num_rows(self) -> int:
+        """Live rows: those still sampling (0 once every row finished or was halted)."""
         return self.candidate_ids.numel()
 
     @property
@@ -309,10 +322,12 @@ class Rollout:
         return self._outputs(torch.arange(self.num_rows, device=self.model.device), None)
 
     def halt(self, candidate_ids: Iterable[int]) -> list[RowOutput]:
+        """Remove these candidates' rows (their KV rows compacted away); returns their outputs so far."""
         halted = torch.isin(self.candidate_ids, torch.tensor(list(candidate_ids), device=self.model.device))
         return self._remove(halted, None)
 
     def grow(self, max_len: int) -> None:
+        """Re-lay the cache out with room for `max_len` tokens per row."""
         self.cache.relayout(max_len)
 
     def release(self) -> None:

@@ -15,7 +15,7 @@ import json
 import math
 import numbers
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import SpecrejError, shown
@@ -87,9 +87,12 @@ class Param:
             raise SpecrejError(f"{self.option} must be {kind}, got {shown(text)}") from None
         return text
 
-    def check(self, value, method: str):
+    def check(self, value, method: str, option: str | None = None):
         """`value` as the parameter's type, or a SpecrejError naming the option (and, for a missing
-        one, the method)."""
+        one, the method). `option`: how the message names the parameter where it came from
+        elsewhere than the CLI (a config key such as ``methods[2].grid.k``); default `self.option`."""
+        if option is not None:
+            return replace(self, flag=option).check(value, method)
         where = ""
         if value is None:
             if self.required:
@@ -216,19 +219,23 @@ class Method:
     def param_names(self) -> str:
         return ", ".join(p.name for p in self.params) or "none"
 
-    def check(self, given: Mapping) -> Params:
+    def check(self, given: Mapping, option: Callable[[str], str] | None = None) -> Params:
         """The one check: every declared parameter, given (None: not given) or default, checked
-        against its declaration, and each file parameter's file read once; an unknown one is refused."""
+        against its declaration, and each file parameter's file read once; an unknown one is refused.
+        `option(name)`: how a message names a parameter given elsewhere than on the command line
+        (the workflow: ``methods[2].grid.k``); a relation between parameters that fails is then
+        prefixed with ``option("")`` stripped of its trailing dot."""
         if isinstance(given, Params):
             return given
         given = {k: (list(v) if isinstance(v, Iterator) else v) for k, v in given.items() if v is not None}
         unknown = [name for name in given if name not in {p.name for p in self.params}]
         if unknown:
             raise self._unknown(unknown[0])
-        values = {p.name: p.check(given.get(p.name, p.default), self.description) for p in self.params}
+        values = {p.name: p.check(given.get(p.name, p.default), self.description, option(p.name) if option else None)
+                  for p in self.params}
         problem = self.requires(values) if self.requires else None
         if problem:
-            raise SpecrejError(problem)
+            raise SpecrejError(f"{option('').rstrip('.')}: {problem}" if option else problem)
         loaded = {p.name: p.read(values[p.name]) for p in self.params if p.read and values[p.name] is not None}
         return Params(values, loaded)
 
@@ -239,11 +246,18 @@ class Method:
                 "reference": display.reference}
 
     def setting_name(self, params: Mapping) -> str:
-        """A file-name form of the setting (workflow run files): the `setting_keys` values, e.g.
-        alpha0.5; a digest of the parameters when the method names none."""
+        """A file-name form of the setting (workflow run files): each of `setting_keys` followed by
+        its value, e.g. alpha0.5 or n16-t1_8 (`_file_key`), joined by "-"; a digest of the
+        parameters when the method names none."""
         if self.setting_keys:
-            return "-".join(f"{key}{_file_value(params[key])}" for key in self.setting_keys)
+            return "-".join(_file_key(key) + _file_value(params[key]) for key in self.setting_keys)
         return "p" + settings_digest(dict(params))[:10]
+
+
+def _file_key(key: str) -> str:
+    """A key as it starts a setting's file name: itself (alpha0.5), or with "_" after a key
+    that ends in a digit, whose value would otherwise run into it (t1_8, not t18)."""
+    return f"{key}_" if key[-1:].isdigit() else key
 
 
 def _file_value(value) -> str:

@@ -38,12 +38,14 @@ Where it departs from the official code:
   are all below -10, as a log-prob reward's can be, never stops and returns the first response);
 - `reward_scale` (default 1, the paper's reward-model logits) divides the rewards first, a named
   option for rewards not on a Bradley-Terry scale;
-- the rule's parameters are checked: min_open must leave 1 - b > 0 (the official code would
-  take a negative M).
+- the rule's parameters are checked, before any model loads (`rule_problem`, the method's
+  `requires`): min_open at most N, and enough to leave 1 - b > 0 (the official code would take
+  a negative M); the message names the min_open that work.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -103,6 +105,35 @@ def fair_cap(loc: float, scale: float, best: float, cost: float) -> float:
     return float(optimize.brentq(gap, TAU_LOW, TAU_HIGH, xtol=1e-8))
 
 
+def _min_open_works(min_open: int, delta: float) -> bool:
+    """The rule's estimate of the best stays above the median from min_open responses on: b < 1."""
+    return confidence_factor(max(min_open, 2), delta) < 1
+
+
+def rule_problem(n: int, min_open: int, delta: float) -> str | None:
+    """Why the rule cannot run with N = `n`, `min_open` and `delta`, naming the values that work
+    (None: it can): min_open at most N, and enough for delta that b < 1 at min_open
+    (`confidence_factor`; the official code would take a negative estimate of the best)."""
+    if min_open <= n and _min_open_works(min_open, delta):
+        return None
+    lowest = None  # the smallest min_open from which every value up to n works (b falls from n = 3 on)
+    for m in range(n, 1, -1):
+        if not _min_open_works(m, delta):
+            break
+        lowest = m
+    if lowest is not None:
+        works = (f"--param min_open from {lowest} to {n} works with --n {n} and --param delta={delta:g} "
+                 "(min_open = N opens all N, as Best-of-N)")
+    else:
+        needed = next(m for m in itertools.count(3) if _min_open_works(m, delta))
+        works = (f"--param delta={delta:g} needs min_open, and so --n, of at least {needed} (or raise --param "
+                 "delta)")
+    if min_open > n:
+        return f"--param min_open ({min_open}) must be at most --n ({n}): {works}"
+    return (f"--param min_open={min_open} is too few for --param delta={delta:g}: sqrt(ln n ln(1/delta) / n) must "
+            f"be below 1 (the estimate of the best would be below the median); {works}")
+
+
 @dataclass
 class PandoraStopping:
     """The rule over a stream of rewards: `add` them in order; `decide` before each further
@@ -118,12 +149,9 @@ class PandoraStopping:
     history: list[dict] = field(default_factory=list)
 
     def __post_init__(self):
-        if self.min_open > self.n_max:
-            raise SpecrejError(f"--param min_open ({self.min_open}) must be at most --n ({self.n_max})")
-        if confidence_factor(max(self.min_open, 2), self.delta) >= 1:
-            raise SpecrejError(f"--param min_open={self.min_open} is too few for --param delta={self.delta}: "
-                               "sqrt(ln n ln(1/delta) / n) must be below 1 (the estimate of the best would be "
-                               "below the median)")
+        problem = rule_problem(self.n_max, self.min_open, self.delta)
+        if problem:
+            raise SpecrejError(problem)
 
     def add(self, reward: float) -> None:
         self.rewards.append(float(reward))
@@ -223,7 +251,8 @@ PANDORA = register(Method(
               help="the cost of a response in win-rate units (the paper sweeps 6e-5 to 8e-3)"),
         Param("delta", "float", default=0.05, low=0, high=1, low_open=True, high_open=True,
               help="the confidence level of the estimate of the best (the official 0.05)"),
-        Param("min_open", "int", default=20, low=2, help="responses opened before the rule applies (the official 20)"),
+        Param("min_open", "int", default=20, low=2,
+              help="responses opened before the rule applies (the official 20), at most n"),
         Param("divide", "float", default=5.0, low=0, low_open=True,
               help="the best is estimated for N / divide draws (the official cost experiment's 5)"),
         Param("reward_scale", "float", default=1.0, low=0, low_open=True,
@@ -237,4 +266,5 @@ PANDORA = register(Method(
     batch_param="round_size",
     setting_keys=("n", "cost"),
     step_seconds=0.172,  # N=64, cost 0.002: 270.4 s for 24 prompts x 64 steps (2026-12-03)
+    requires=lambda p: rule_problem(p["n"], p["min_open"], p["delta"]),
 ))

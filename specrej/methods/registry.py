@@ -4,7 +4,11 @@ the way rewards are loaded."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import sys
+from importlib import metadata
+from pathlib import Path
 
 from ..errors import SpecrejError
 from .base import Method
@@ -54,3 +58,41 @@ def get_method(spec: str) -> Method:
     if spec not in methods:
         raise SpecrejError(f"unknown method {spec!r}; choose {', '.join(methods)} or python:module:attribute")
     return methods[spec]
+
+
+def method_code(method: Method) -> str:
+    """What identifies the code behind `method`, for a run file's settings check: `package_code()`
+    for a method whose functions (run, label, requires) all come from the package, else
+    `sources_code` of the files of the modules outside it that define them (for
+    python:module:attribute, normally that one module): a rerun after that code changed is refused."""
+    functions = [f for f in (method.run, method.label, method.requires) if f is not None]
+    modules = sorted({getattr(f, "__module__", None) or "?" for f in functions})
+    package = __name__.split(".")[0]
+    outside = [name for name in modules if name != package and not name.startswith(f"{package}.")]
+    if not outside:
+        return package_code()
+    return sources_code([getattr(sys.modules.get(name), "__file__", None) for name in outside])
+
+
+def package_code() -> str:
+    """A built-in method's code: "specrej VERSION"."""
+    return f"specrej {_package_version()}"
+
+
+def sources_code(paths: list[str | None]) -> str:
+    """"sha256:..." of the content of the source files `paths`, in order (a path that is no file
+    counts as "?": such code is not tracked). The workflow's method_run jobs take the same value
+    as a param (`workflow/job_options.method_code`), so an edit reruns them."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(Path(path).read_bytes() if path and Path(path).is_file() else b"?")
+    return "sha256:" + digest.hexdigest()
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("specrej")
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        from .. import __version__
+
+        return __version__

@@ -21,6 +21,7 @@ import torch
 from ..engine.budget import PeakMemory, TokenBudget, default_memory_budget, format_size, token_capacity
 from ..engine.decoding import Rollout, RowOutput, decode_n_tokens, make_room, prefill
 from ..engine.sampling import SamplingParams
+from ..engine.work_clock import WorkClock
 from ..errors import SpecrejError
 from ..records import flops
 from ..records.result import Candidate, Result, Round
@@ -74,7 +75,18 @@ class Session:
     """One prompt's run. A method starts batches (`start`), decodes (`decode`, `step`), scores
     (`score_partial`, `score_final`), halts rows (`halt`) and records its decisions
     (`record_round`); the session keeps the candidates, the budget, the timers and the counts.
-    Every complete candidate left without a final score is scored when the run finishes."""
+    Every complete candidate left without a final score is scored when the run finishes.
+
+    What a method reads (docs/methods.md lists each): `prompt` (the prompt's text), `prompt_ids`
+    (its token ids, rendered as the generator reads it), `sampling` (the `SamplingParams`), `seed`
+    (the prompt's seed: draw a method's own randomness from it), `engine` (the generator's `Engine`),
+    `reward` (the `Reward`), `memory_budget` (the KV budget in bytes), `budget` (the `TokenBudget`
+    of generated-token slots it gives), `candidates` (every `Candidate` started, indexed by its id)
+    and `rounds` (the `Round`s recorded so far).
+
+    Not for methods (the session's own book-keeping): `finish`, `first_batch`, `started`,
+    `shapes`, `generator`, `rollouts`, `prefilled`, `max_rows`, `extra_bytes`, `clock`,
+    `scored_lengths`, `warned_nonfinite`."""
 
     @_typed_out_of_memory
     def __init__(self, engine, reward: Reward, prompt: str, sampling: SamplingParams, seed: int,
@@ -83,6 +95,7 @@ class Session:
         if not prompt.strip():
             raise SpecrejError("empty prompt")
         self.started = time.perf_counter()
+        self.clock = WorkClock(engine.device)  # wall seconds of the generate and score parts; the run's compute
         self.engine, self.reward, self.prompt, self.sampling, self.seed = engine, reward, prompt, sampling, seed
         self.shapes = shapes
         self.prompt_ids = engine.encode_prompt(prompt)
@@ -101,7 +114,6 @@ class Session:
         self.prefilled = None
         self.max_rows = 0
         self.extra_bytes = 0  # memory a method holds beside the KV budget (`reserve`)
-        self.generate_s = self.score_s = 0.0
         self.scored_lengths: list[int] = []  # response tokens of every response given to the reward
         self.warned_nonfinite = False
 
@@ -111,6 +123,8 @@ class Session:
         return self.budget.capacity
 
     def rows_that_fit(self, length: int) -> int:
+        """The most rows of `length` generated tokens each that the KV budget holds (`capacity //
+        length`): e.g. how many live rows may go on to token `length` in one batch."""
         return self.budget.rows_that_fit(length)
 
     @property
@@ -133,9 +147,8 @@ class Session:
         row's distribution (`Rollout.top_logprobs`)."""
         self._release()
         if self.prefilled is None:
-            tic = time.perf_counter()
-            self.prefilled = prefill(self.engine.forward, self.prompt_ids, layer_states)
-            self.generate_s += time.perf_counter() - tic
+            with self.clock.measure("generate"):
+                self.prefilled = prefill(self.engine.forward, self.prompt_ids, layer_states)
         if self.first_batch is None:
             self.first_batch = rows
         self.max_rows = max(self.max_rows, rows)
@@ -153,9 +166,8 @@ class Session:
         """Decode until every row is complete, the next token would not fit the budget (rows left
         live: memory ran short), or the length reaches one in `until` beyond the current one; the
         candidates completed on the way are returned."""
-        tic = time.perf_counter()
-        finished = decode_n_tokens(rollout, self.budget, set(until) - {rollout.length})
-        self.generate_s += time.perf_counter() - tic
+        with self.clock.measure("generate"):
+            finished = decode_n_tokens(rollout, self.budget, set(until) - {rollout.length})
         return self._complete(finished)
 
     def has_room(self, rollout: Rollout) -> bool:
@@ -168,9 +180,8 @@ class Session:
         completed are returned."""
         if not self.has_room(rollout):
             raise SpecrejError(f"no room for token {rollout.length + 1} of {rollout.num_rows} rows in the KV budget")
-        tic = time.perf_counter()
-        finished = rollout.step()
-        self.generate_s += time.perf_counter() - tic
+        with self.clock.measure("generate"):
+            finished = rollout.step()
         return self._complete(finished)
 
     def live(self, rollout: Rollout) -> list[Candidate]:
@@ -211,9 +222,9 @@ class Session:
     def _score(self, candidates: Sequence[Candidate]) -> list[float]:
         if not candidates:
             return []
-        tic = time.perf_counter()
-        scores = self.reward.score(self.prompt, [Response(c.text, c.token_ids, c.token_logprobs) for c in candidates])
-        self.score_s += time.perf_counter() - tic
+        with self.clock.measure("score"):
+            scores = self.reward.score(self.prompt, [Response(c.text, c.token_ids, c.token_logprobs)
+                                                     for c in candidates])
         self.scored_lengths += [c.num_tokens for c in candidates]
         # one warning per prompt: a broken reward would flood the log
         scores, nonfinite = finite_scores(scores, self.reward, repr(self.prompt[:60]), warn=not self.warned_nonfinite,
@@ -233,13 +244,23 @@ class Session:
             params["compiled"] = True
         return Result(
             prompt=self.prompt, method=method, params=params, candidates=self.candidates, rounds=list(self.rounds),
-            timing={"total_s": time.perf_counter() - self.started, "generate_s": self.generate_s, "score_s": self.score_s},
+            timing=self._timing(),
             tokens={"generated": sum(r.tokens_generated for r in self.rollouts), "scored": sum(self.scored_lengths)},
             peak_kv_bytes=max((r.cache.peak_bytes for r in self.rollouts), default=0),
             memory_margin_bytes=self.engine.memory_margin(len(self.prompt_ids), self.max_rows, self.sampling)
             + self.extra_bytes,
             flops=self._flops(),
         )
+
+    def _timing(self) -> dict:
+        """Wall-clock seconds (total_s: the whole run; generate_s: prefill and decoding; score_s:
+        the reward), compute_s: the run's compute, which does not depend on the machine's other
+        work (compute_clock: process_cpu, the process's CPU seconds over the run, or cuda_events,
+        the device seconds of the generate and score parts: `engine.work_clock`), and threads:
+        torch's CPU threads."""
+        return {"total_s": time.perf_counter() - self.started, "generate_s": self.clock.wall_s("generate"),
+                "score_s": self.clock.wall_s("score"), "compute_s": self.clock.compute_s(),
+                "compute_clock": self.clock.kind, "threads": torch.get_num_threads()}
 
     def _flops(self) -> dict | None:
         """FLOPs of the work done (`flops` module's convention): the prefill once, each rollout's

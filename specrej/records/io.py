@@ -7,9 +7,11 @@ Trajectory record (one line per prompt; `Result.to_record` builds it):
   candidates [{id, text, token_ids, token_logprobs, num_tokens, finished, complete,
                final_score, halted_round, round_scores}],
   rounds [{decision_token, batch_before, batch_after, ranked, kept, accepted, cutoff, memory_guard_halted, rule}],
-  timing {total_s, generate_s, score_s}, tokens {generated, scored}, peak_kv_bytes,
+  timing {total_s, generate_s, score_s, compute_s, compute_clock, threads}, tokens {generated, scored}, peak_kv_bytes,
   measured_peak_bytes, memory_margin_bytes, retries, flops {prefill, generate, reward, total}
-or, for a prompt that failed: prompt_id, prompt, method, params, error.
+or, for a prompt that failed: prompt_id, prompt, method, params, error; a prompt whose method
+completed no response keeps the whole trajectory record (best null, its candidates, rounds,
+timing and cost) with an error that starts "no complete response".
 Scores of -inf are written as -Infinity (Python's json reads them back).
 
 Also here, torch-free so that `analysis` can import it: the prefix table's column contract.
@@ -174,8 +176,8 @@ def check_resume(path: str | os.PathLike, settings: dict, records: list[dict] | 
                  unknown: Iterable[str] = ()) -> None:
     """Refuse to append to `path` when its records were made with other `settings` (every
     setting that changes the output, `api.output_settings`; those in `unknown` are not known yet
-    and not compared), naming the first one that differs; records without settings (not written
-    by `specrej generate`) are refused too."""
+    and not compared), naming the first one that differs, or saying that the method's code
+    changed; records without settings (not written by `specrej generate`) are refused too."""
     records = read_records(path)[:1] if records is None else records
     for record in records:
         previous = record.get("params", {}).get("output_settings")
@@ -184,11 +186,26 @@ def check_resume(path: str | os.PathLike, settings: dict, records: list[dict] | 
                                "against them; use another --out")
         keys = [k for k in dict.fromkeys([*previous, *settings]) if k not in unknown]
         changed = [k for k in keys if previous.get(k) != settings.get(k)]
+        if changed == ["method_code"]:
+            raise SpecrejError(_code_changed(path, settings, previous.get("method_code")))
         if changed:
             key = changed[0]
             more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
             raise SpecrejError(f"{path} holds results made with other settings ({key}: {previous.get(key)!r} there, "
                                f"{settings.get(key)!r} now{more}); use another --out or delete it")
+
+
+def _code_changed(path, settings: dict, before: str | None) -> str:
+    """The one line refusing a resume whose method code (`registry.method_code`) differs."""
+    method, now = settings.get("method"), settings.get("method_code")
+    if before is None:
+        what = "by a specrej that did not record its method's code"
+    elif str(now).startswith("specrej "):
+        what = f"by {before}, and this is {now}"
+    else:
+        what = f"by other code of method {method} (its module's source changed since)"
+    return (f"{path} holds results made {what}; rerun into another --out, or delete {path} to rerun "
+            "every prompt with this code")
 
 
 class RecordWriter:
@@ -301,7 +318,7 @@ def merge_shards(records: list[dict], all_candidates: bool = False) -> dict:
         "num_candidates": sum(len(r["candidates"]) for r in records),
         "rounds": [],
         "timing": {"total_s": mean("total_s"), "generate_s": mean("generate_s"), "score_s": mean("score_s"),
-                   "shard_total_s": [r["timing"]["total_s"] for r in records]},
+                   "shard_total_s": [r["timing"]["total_s"] for r in records], **_shard_compute(records)},
         "tokens": {key: sum(r["tokens"][key] for r in records) for key in ("generated", "scored")},
         "peak_kv_bytes": max(r["peak_kv_bytes"] for r in records),
         # each shard is its own device: the merged record keeps the worst shard's memory
@@ -311,6 +328,19 @@ def merge_shards(records: list[dict], all_candidates: bool = False) -> dict:
         "retries": sum(r.get("retries", 0) for r in records),
         "flops": _summed_flops(records),
     }
+
+
+def _shard_compute(records: list[dict]) -> dict:
+    """The shards' mean `compute_s` (as `total_s`: shards x compute_s is their sum), its clock and
+    threads when every shard has them and they agree; else nothing (an older shard: wall time only)."""
+    timings = [r["timing"] for r in records]
+    if any("compute_s" not in t for t in timings):
+        return {}
+    kept = {"compute_s": sum(t["compute_s"] for t in timings) / len(timings)}
+    for key in ("compute_clock", "threads"):
+        values = {t.get(key) for t in timings}
+        kept[key] = values.pop() if len(values) == 1 else sorted(values, key=str)
+    return kept
 
 
 def _summed_flops(records: list[dict]) -> dict | None:

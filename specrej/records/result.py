@@ -8,6 +8,12 @@ from dataclasses import asdict, dataclass, field
 
 @dataclass
 class Candidate:
+    """One response of a run, as the session keeps it (`Session.candidates[id]`). Its fields: `id`
+    (its index in the run, in the order rows were started), `text`, `token_ids` and
+    `token_logprobs` (the response so far: complete, or up to the last `Session.live`), `finished`,
+    `complete`, `halted_round`, `round_scores` and `final_score` (see each field's comment);
+    `num_tokens` is len(token_ids)."""
+
     id: int
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
@@ -20,11 +26,21 @@ class Candidate:
 
     @property
     def num_tokens(self) -> int:
+        """The response's tokens (a stop token that ended it is not among them)."""
         return len(self.token_ids)
 
 
 @dataclass
 class Round:
+    """One decision of a run, as a method records it (`Session.record_round`) and the record keeps it
+    (`rounds` in the trajectory record). Its fields: `decision_token` (tokens generated per live row
+    at the decision), `batch_before` and `batch_after` (live rows before the cut and going on),
+    `ranked` (the rows eq. 3 ranks: live rows plus the responses completed since the last round; 0
+    when no reward was used), `kept` (the cutoff's rank), `accepted` (the rows scoring at or above
+    the cutoff, ties included), `cutoff` (the score cut at, or None), `memory_guard_halted`
+    (accepted live rows halted because they did not fit the budget) and `rule` (the rule's own
+    record: which rule, why this cutoff; its "measures", flat numbers, feed the decisions table)."""
+
     decision_token: int  # tokens generated per live row when the round was decided
     batch_before: int  # live (generating) rows before the cut
     batch_after: int  # live rows that go on
@@ -47,7 +63,9 @@ class Result:
     params: dict
     candidates: list[Candidate]
     rounds: list[Round]
-    timing: dict  # total_s, generate_s (prefill + decode), score_s
+    # total_s, generate_s (prefill + decode), score_s: wall-clock; compute_s (compute_clock: process_cpu |
+    # cuda_events): the run's compute; threads: torch's CPU threads (Session._timing)
+    timing: dict
     tokens: dict  # generated (sampled tokens, all rows), scored (response tokens given to the reward)
     peak_kv_bytes: int  # computed: the peak of the allocated KV cache (its storages), transients included
     memory_margin_bytes: int = 0  # what the run may allocate beside the KV budget (Engine.memory_margin + the method's)

@@ -31,7 +31,7 @@ def record(prompt_id, method, setting, score, worst, time_s, flops=None, **param
            "worst": {"candidate_id": 1, "score": worst},
            "candidates": [{"id": 0, "text": "answer", "token_logprobs": [HALF, HALF], "num_tokens": 2,
                            "final_score": score, "halted_round": None}],
-           "rounds": [], "timing": {"total_s": time_s, "generate_s": time_s, "score_s": 0.0},
+           "rounds": [], "timing": {"total_s": time_s, "generate_s": time_s, "score_s": 0.0, "compute_s": time_s},
            "tokens": {"generated": 10, "scored": 10}, "peak_kv_bytes": 0}
     if flops is not None:
         out["flops"] = {"prefill": 0, "generate": flops, "reward": 0, "total": flops}

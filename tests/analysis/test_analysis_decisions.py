@@ -43,3 +43,17 @@ def test_table_by_hand():
     assert list(sr.index) == ["num_rounds", "first_decision_token"]  # SR records no measures
     assert sr.loc["first_decision_token", "median"] == 9 and sr.loc["num_rounds", "max"] == 2
     assert not table["median"].isna().any()
+
+
+def test_a_method_that_decides_twice_shows_both_rounds_measures():
+    def cut(token, threshold):
+        return {"decision_token": token, "rule": {"rule": "two-cuts", "measures": {"threshold": threshold}}}
+    records = [record("0", "two-cuts", "Two cuts", [cut(4, 0.2), cut(8, 0.5)]),
+               record("1", "two-cuts", "Two cuts", [cut(4, 0.4), cut(8, 0.7)]),
+               record("2", "two-cuts", "Two cuts", [cut(4, 0.6)])]  # stopped after one cut
+    table = decision_table(decision_rows(records)).loc["Two cuts"]
+    assert list(table.index) == ["num_rounds", "first_decision_token", "threshold", "threshold (round 2)"]
+    # round 1: 0.2, 0.4, 0.6 -> median 0.4; round 2: 0.5 and 0.7 -> median 0.6, one prompt without it
+    assert table.loc["threshold", "median"] == pytest.approx(0.4)
+    second = table.loc["threshold (round 2)"]
+    assert (second["prompts"], second["median"], second["missing"]) == (3, pytest.approx(0.6), 1)

@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.container import ErrorbarContainer
 
 from analysis.correlation import prompt_tau_statistics
@@ -297,3 +298,40 @@ def test_figure3_on_a_flops_axis_plots_the_flops_ratios():
     assert axes.get_xlabel() == FLOPS_LABEL
     xs = sorted(x for line in axes.get_lines() for x in line.get_xdata())
     assert 2.6 in xs and 1.5 not in xs  # SR at its FLOPs ratio, not its wall-clock one
+
+
+def test_labels_keep_off_error_bars_caps_and_lines():
+    """Hand-made: a point whose horizontal error bar runs right through the first offset tried
+    (to the right), a dashed line from it going up-left, and a capped vertical bar: each label
+    must cover no segment of any of them, measured independently from the drawn data."""
+    from matplotlib.figure import Figure
+
+    from analysis.figures import place_labels
+
+    figure = Figure(figsize=(4, 3))
+    axes = figure.subplots()
+    axes.set_xlim(0, 10)
+    axes.set_ylim(0, 10)
+    axes.errorbar([5], [5], xerr=[[3], [4]], yerr=[[2], [2]], marker="o", markersize=6, capsize=3, color="C0")
+    axes.plot([5, 1], [5, 9], linestyle="--", color="C0")
+    FigureCanvasAgg(figure).draw()
+    (label,) = place_labels(axes, [(5.0, 5.0, "α=0.5", "C0")])
+    box = label.get_window_extent(figure.canvas.get_renderer())
+    to_pixels = axes.transData.transform
+    pieces = [((2, 5), (9, 5)), ((5, 3), (5, 7)), ((5, 5), (1, 9))]  # the bars and the line
+    for start, end in pieces:
+        points = np.linspace(to_pixels(start), to_pixels(end), 400)
+        inside = ((points[:, 0] >= box.x0) & (points[:, 0] <= box.x1)
+                  & (points[:, 1] >= box.y0) & (points[:, 1] <= box.y1))
+        assert not inside.any(), (start, end, box)
+    # without the bars and the line (the placement that only knew of points), the label sits on
+    # the horizontal bar: what this test guards against
+    bare = Figure(figsize=(4, 3))
+    bare_axes = bare.subplots()
+    bare_axes.set_xlim(0, 10)
+    bare_axes.set_ylim(0, 10)
+    FigureCanvasAgg(bare).draw()
+    (naive,) = place_labels(bare_axes, [(5.0, 5.0, "α=0.5", "C0")])
+    naive_box = naive.get_window_extent(bare.canvas.get_renderer())
+    y = bare_axes.transData.transform((5, 5))[1]
+    assert naive_box.y0 <= y <= naive_box.y1 and naive_box.x0 > bare_axes.transData.transform((5, 5))[0]

@@ -13,7 +13,7 @@ from analysis.headline import (
     token_savings,
 )
 from analysis.io import best_responses_frame
-from analysis.summary_page import render_headline_markdown
+from analysis.summary_page import _percent, method_order, render_headline_markdown
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -106,7 +106,7 @@ def test_below_the_cheapest_best_of_n_nothing_is_extrapolated():
     for column in ("bon_equivalent_compute_extrapolated", "equivalent_n_extrapolated", "compute_speedup_extrapolated"):
         assert math.isnan(row[column]), column
     page = render_headline_markdown(table)
-    statement = page.split(f"## {PAIR}")[1].split("\n\n")[1]
+    statement = page.split(f"## {PAIR}")[1].split("\n\n")[2]  # after the table
     assert statement == ("No setting of sr lands inside the measured Best-of-N curve (Bo32 = 100 to Bo128 = 140). "
                          "Its highest-scoring: **SR α=0.5** scores 90.0 [85.0, 95.0] (eq. 8; Bo32 = 100) at 1.5× [1.4, 1.6] "
                          "Bo32's compute, below Bo32 (100), the cheapest Best-of-N.")
@@ -204,7 +204,7 @@ def test_markdown_states_the_numbers_and_the_out_of_range_point():
     savings = token_savings(runs, correlation_frame(), n_resamples=200)
     page = render_headline_markdown(headline, savings, correlation_resamples=2000)
     assert page.startswith("# ") and f"## {PAIR}" in page
-    statement = page.split(f"## {PAIR}")[1].split("\n\n")[1]
+    statement = page.split(f"## {PAIR}")[1].split("\n\n")[2]  # after the table
     assert statement.startswith("**SR α=0.5** scores 130 [125, 135] (eq. 8; Bo32 = 100) at 1.5× [1.4, 1.6]")
     assert "≈ 3.0× [2.5, 3.5] Bo32's compute to match it (≈ Bo96 [80, 112])" in statement
     assert "2.0× [1.5, 2.5] less compute at equal score" in statement
@@ -247,7 +247,7 @@ def test_runs_frame_carries_what_token_savings_needs():
                              "setting": {"method": "bon", "params": {"n": 64}, "label": "Bo64"}},
                   "best": {"candidate_id": 3, "score": 1.0, "num_tokens": 5}, "worst": {"score": 0.0},
                   "candidates": [{"id": 3, "num_tokens": 5, "final_score": 1.0}], "num_candidates": 64,
-                  "rounds": [], "tokens": {"generated": 3200, "scored": 3200}, "timing": {"total_s": 1.0}}
+                  "rounds": [], "tokens": {"generated": 3200, "scored": 3200}, "timing": {"total_s": 1.0, "compute_s": 1.0}}
     sr = {"prompt_id": "p1", "prompt": "Hi", "method": "sr",
           "params": {"alpha": 0.5, "init_batch_size": 4, "min_tokens": 8, "model": "gen", "reward": "rm",
                      "setting": {"method": "sr", "params": {"alpha": 0.5}, "label": "SR α=0.5"}},
@@ -255,7 +255,7 @@ def test_runs_frame_carries_what_token_savings_needs():
           "candidates": [{"id": i, "num_tokens": 5, "final_score": 1.0 if i == 0 else None} for i in range(4)],
           "rounds": [{"decision_token": 10, "batch_before": 4, "batch_after": 2},
                      {"decision_token": 30, "batch_before": 2, "batch_after": 1}],
-          "tokens": {"generated": 70, "scored": 50}, "timing": {"total_s": 1.0}}
+          "tokens": {"generated": 70, "scored": 50}, "timing": {"total_s": 1.0, "compute_s": 1.0}}
     runs = best_responses_frame([merged_bon, sr])
     bon, spec = runs.iloc[0], runs.iloc[1]
     assert bon["num_candidates"] == 64 and bon["tokens_generated"] / bon["num_candidates"] == 50
@@ -327,16 +327,19 @@ def test_every_method_gets_its_best_setting_and_its_own_statement():
     assert table.groupby("method", sort=False)["selection"].first().to_dict() == {
         "first-k": SELECTED_BY_SCORE, "sr": SELECTED_BY_SPEEDUP, "sr-random": SELECTED_BY_SPEEDUP}
     page = render_headline_markdown(table)
+    # the page: the table first, then the paper's SR, then the others by strength (Random SR inside
+    # the curve at a speedup of 1.5, then first-k, below it)
     paragraphs = page.split(f"## {PAIR}")[1].split("\n\n")
-    assert paragraphs[1].startswith("No setting of first-k lands inside the measured Best-of-N curve (Bo32 = 100 "
-                                    "to Bo128 = 140). Its highest-scoring: **First 2 of 3** scores 90")
-    assert "below Bo32 (100), the cheapest Best-of-N" in paragraphs[1]
+    assert paragraphs[1].startswith("| Setting")
     assert paragraphs[2].startswith("**SR α=0.5** scores 130")
     assert paragraphs[3].startswith("**Random SR α=0.9** scores 104")
     assert "1.5× less compute at equal score" in paragraphs[3]  # 1.2 / 0.8 (no interval in these inputs)
+    assert paragraphs[4].startswith("No setting of first-k lands inside the measured Best-of-N curve (Bo32 = 100 "
+                                    "to Bo128 = 140). Its highest-scoring: **First 2 of 3** scores 90")
+    assert "below Bo32 (100), the cheapest Best-of-N" in paragraphs[4]
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("|")]
     assert rows[0][0] == "Setting" and [row[0] for row in rows[2:]] == [
-        "**First 2 of 3** (best)", "**SR α=0.5** (best)", "SR α=0.9", "Random SR α=0.5", "**Random SR α=0.9** (best)"]
+        "**SR α=0.5** (best)", "SR α=0.9", "Random SR α=0.5", "**Random SR α=0.9** (best)", "**First 2 of 3** (best)"]
     assert "FLOPs" not in page  # no FLOP counts in these inputs: no FLOP column, no FLOP note
 
 
@@ -399,3 +402,38 @@ def test_two_pairs_get_one_section_each_with_their_own_numbers():
     # B's tokens: Bo64 to completion is 64 × 50 = 3200 (p1) and 64 × 25 = 1600 (p2); SR generated
     # 1600 and 800: half of each saved
     assert "SR α=0.5 50% [" in second.split("**Tokens (SR).**")[1]
+
+
+def test_the_page_opens_with_sr_then_the_strongest_method_not_the_first_by_name():
+    """Hand-made: "deepconf" (first by name) inside the curve at a speedup of 1.2 / 1.25 = 0.96,
+    "pandora" inside at 3.0 / 1.0 = 3.0, "beam" above the curve; SR's best at 2.0."""
+    def method(name, label, score, compute, status, equivalent=NAN):
+        return sr_row(0.5, score, compute, status, compute=equivalent) | {
+            "method": name, "method_label": label, "setting": f'{{"{name}":1}}'}
+    others = pd.DataFrame([method("deepconf", "DeepConf N=32", 110.0, 1.25, "interpolated", 1.2),
+                           method("pandora", "Pandora N=64", 130.0, 1.0, "interpolated", 3.0),
+                           method("beam", "Beam", 150.0, 5.0, "above_range")])
+    table = headline_table(summary_frame(), pd.concat([others, two_alpha_frame()], ignore_index=True))
+    assert method_order(table) == ["sr", "pandora", "deepconf", "beam"]
+    page = render_headline_markdown(table)
+    section = page.split(f"## {PAIR}")[1].split("\n\n")
+    assert section[1].startswith("| Setting")  # the table before the paragraphs
+    assert [paragraph[:paragraph.index("**", 2) + 2] for paragraph in section[2:5]] == [
+        "**SR α=0.5**", "**Pandora N=64**", "**DeepConf N=32**"]
+
+
+@pytest.mark.parametrize("share, shown", [(-0.004, "0%"), (-0.0049, "0%"), (0.004, "0%"), (-0.02, "-2%"), (0.5, "50%")])
+def test_a_share_that_rounds_to_zero_reads_0_percent_never_minus_0(share, shown):
+    assert _percent(share) == shown
+
+
+def test_a_setting_that_completed_no_response_has_a_row_and_a_sentence_that_say_so():
+    table = headline_table(summary_frame(), two_alpha_frame())
+    unanswered = pd.DataFrame([{"pair": PAIR, "generator": "gen", "method_label": "DeepConf N=32", "run": "r.jsonl",
+                                "error": "no complete response: every trace stopped"}])
+    page = render_headline_markdown(table, unanswered=unanswered)
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("|")]
+    assert rows[-1][:2] == ["DeepConf N=32", "no complete response on any prompt"]
+    assert ("**DeepConf N=32** completed no response on any prompt (no complete response: every trace stopped): it "
+            "has no score, and it leaves out no prompt of the other methods.") in page
+    assert "DeepConf" not in render_headline_markdown(table)

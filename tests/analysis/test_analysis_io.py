@@ -41,7 +41,7 @@ SR_RECORD = {
         candidate(2, 1.0, [0.1]),
     ],
     "rounds": [{"decision_token": 4, "batch_before": 8, "batch_after": 4, "cutoff": 0.3}],
-    "timing": {"total_s": 3.0, "generate_s": 2.0, "score_s": 1.0},
+    "timing": {"total_s": 3.0, "generate_s": 2.0, "score_s": 1.0, "compute_s": 2.5},
     "tokens": {"generated": 40, "scored": 20}, "peak_kv_bytes": 1024, "worst": {"candidate_id": 2, "score": 1.0},
 }
 BON_RECORD = {**SR_RECORD, "method": "bon", "rounds": [],

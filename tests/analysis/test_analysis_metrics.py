@@ -209,9 +209,11 @@ def test_summary_columns():
         "method", "setting", "method_label", "n", "method_name", "color", "marker", "reference", "n_prompts",
         "mean_score", "improvement",
         "n_prompts_improvement", "zero_spread_prompts", "compute_s", "relative_compute",
-        "speedup_vs_largest_bon", "compute_flops", "relative_flops", "flops_speedup_vs_largest_bon",
+        "speedup_vs_largest_bon", "wall_s", "relative_wall", "wall_speedup_vs_largest_bon", "compute_flops",
+        "relative_flops", "flops_speedup_vs_largest_bon",
         "perplexity", "improvement_lo", "improvement_hi", "relative_compute_lo", "relative_compute_hi",
-        "speedup_vs_largest_bon_lo", "speedup_vs_largest_bon_hi", "relative_flops_lo", "relative_flops_hi",
+        "speedup_vs_largest_bon_lo", "speedup_vs_largest_bon_hi", "relative_wall_lo", "relative_wall_hi",
+        "wall_speedup_vs_largest_bon_lo", "wall_speedup_vs_largest_bon_hi", "relative_flops_lo", "relative_flops_hi",
         "flops_speedup_vs_largest_bon_lo", "flops_speedup_vs_largest_bon_hi", "perplexity_lo", "perplexity_hi",
         "confidence_level", "bootstrap_resamples",
     ]

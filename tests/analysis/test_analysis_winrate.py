@@ -387,3 +387,20 @@ def test_local_default_model_judges_six_pairs(no_network):
     assert 0 <= summary["win_rate"] <= 100
     if summary["n"] >= 5:
         assert 0 <= summary["lc_win_rate"] <= 100
+
+
+@needs_alpaca_eval
+def test_a_setting_that_answered_no_prompt_is_a_row_of_its_own_and_leaves_the_others_judged(tmp_path, no_network):
+    """SR α=0.9 completed no response on any of the 6 prompts; SR α=0.5 failed on prompt 0
+    only. Bo8 and SR α=0.5 are judged on prompts 1-5 (prompt 0 left out), not on none."""
+    texts = ["s"] * 3 + ["much longer"] * 3
+    silent = records("sr", 16, ["x"] * 6, alpha=0.9, failed=range(6))
+    for record in silent:
+        record["error"] = "no complete response: every candidate was halted"
+    files = {"Gen A": write_runs(tmp_path, {
+        "bo4": records("bon", 4, ["s"] * 6), "bo8": records("bon", 8, texts),
+        "sr": records("sr", 16, ["much longer"] * 6, alpha=0.5, failed=(0,)), "silent": silent})}
+    inputs = wr.table1_from_files(files, judge="longest").set_index("method_label")
+    assert inputs.loc["SR α=0.9", "note"] == "no complete response on any prompt" and inputs.loc["SR α=0.9", "n"] == 0
+    assert inputs.loc[["Bo4", "Bo8", "SR α=0.5"], "n"].tolist() == [5, 5, 5]
+    assert inputs.loc["Bo8", "win_rate"] == pytest.approx(100 * (3 + 2 / 2) / 5)  # 3 wins, 2 draws of the 5

@@ -144,7 +144,7 @@ def write_table_method(folder, monkeypatch):
     (lambda c, tmp: c["prompts"].update(source="prompt_folder/missing.jsonl"),
      "prompts.source: file not found: prompt_folder/missing.jsonl"),
     (lambda c, tmp: c.update(methods=[{"name": "python:table_method:TABLE", "grid": {"table": ["no/table.csv"]}}]),
-     "methods[0].grid.table: --param table: file not found: no/table.csv"),
+     "methods[0].grid.table: file not found: no/table.csv"),
 ])
 def test_paths_are_checked_at_planning_one_line_naming_the_key(raw_config, tmp_path, monkeypatch, change, message):
     (tmp_path / "notes.md").write_text("a file\n")
@@ -421,6 +421,14 @@ def test_messages_after_a_run(tmp_path):
     assert messages.failed_prompts_message(str(tmp_path)) == (
         f"specrej: 2 prompt(s) failed in 3 run(s) and are left out of the tables: empty, zz "
         f"(see {tmp_path / 'failed_prompts.csv'})")
+    # a run that answered no prompt: named as a setting without a response, its prompts not as excluded
+    (tmp_path / "failed_prompts.csv").write_text("run,prompt_id,method_label,run_answered,error\n"
+                                                 "r1,empty,SR α=0.5,2,e\nr3,a,DeepConf N=32,0,e\nr3,b,DeepConf N=32,0,e\n")
+    assert messages.failed_prompts_message(str(tmp_path)) == (
+        f"specrej: 1 prompt(s) failed in 1 run(s) and are left out of the tables: empty "
+        f"(see {tmp_path / 'failed_prompts.csv'})\n"
+        f"specrej: 1 method setting run(s) completed no response on any prompt; the tables show them as such: "
+        f"DeepConf N=32 (see {tmp_path / 'failed_prompts.csv'})")
     (tmp_path / "metrics").mkdir()
     (tmp_path / "metrics" / "bon_equivalent.csv").write_text(
         "pair,method_label,improvement,bon_equivalent_status\n"
@@ -499,9 +507,24 @@ def test_method_settings_sr_alphas_then_the_methods_grids_then_adaptive_sr(confi
     assert parsed.method == "sr-random" and parsed.param == params
 
 
+def test_setting_names_keep_a_key_apart_from_its_value_when_the_key_ends_in_a_digit():
+    from specrej.methods.base import Method, Param
+
+    method = Method(name="cuts", description="two cuts", run=lambda session, params: {}, label=str,
+                    params=tuple(Param(name, "int") for name in ("n", "k", "t1", "t2")),
+                    setting_keys=("n", "k", "t1", "t2"))
+    # t1=8 must not read as "t18"; n and k keep the form today's run files have
+    assert method.setting_name({"n": 16, "k": 2, "t1": 8, "t2": 16}) == "n16-k2-t1_8-t2_16"
+
+
 @pytest.mark.parametrize("methods, message", [
     ([{"name": "beam"}], "methods[0].name: unknown method 'beam'"),
-    ([{"name": "sr-random", "grid": {"alpha": [0.5, 1.5]}}], "methods[0].grid.alpha: --alpha must be in [0, 1), got 1.5"),
+    ([{"name": "sr-random", "grid": {"alpha": [0.5, 1.5]}}], "methods[0].grid.alpha must be in [0, 1), got 1.5"),
+    # a required parameter the grid leaves out: named by its config key, as every other problem
+    ([{"name": "st-bon", "grid": {"n": [8]}}, {"name": "deepconf", "grid": {"eta": [0.1]}}],
+     "invalid config: methods[1].grid.n is required for DeepConf"),
+    # values valid alone that the method refuses together (DeepConf: n_init <= n)
+    ([{"name": "deepconf", "grid": {"n": [8, 32], "n_init": [16]}}], "invalid config: methods[0].grid: "),
     ([{"name": "sr-random", "grid": {"beam": [2]}}],
      "methods[0].grid.beam: sr-random (random-halting SR, the control) takes no parameter 'beam'"),
     ([{"name": "bon", "grid": {"n": [4]}}], "methods[0].name: bon has its own block (bon)"),
@@ -512,7 +535,7 @@ def test_methods_entries_are_checked_against_their_declarations(raw_config, meth
     raw_config["methods"] = methods
     with pytest.raises(plan.ConfigError) as error:
         plan.validate_config(raw_config, SCHEMA)
-    assert message in str(error.value)
+    assert message in str(error.value) and "\n" not in str(error.value)
 
 
 # ------------------------------------------------------------------------------------------
@@ -563,3 +586,24 @@ def test_paper_config_prompts_base_models_plainly_and_the_instruct_model_with_it
     config = merged_config("paper.yaml")
     assert {name: g["prompt_format"] for name, g in config["generators"].items() if name != "smollm2"} == {
         "llama3-8b": "plain", "mistral-7b": "plain", "llama3-8b-instruct": "chat"}
+
+
+# ------------------------------------------------------------------------------------------
+# a method's code: what reruns its jobs when it changes
+# ------------------------------------------------------------------------------------------
+
+
+def test_method_code_is_its_modules_content_or_the_installed_version(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    source = tmp_path / "edited_method.py"
+    source.write_text("METHOD = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert job_options.method_source("python:edited_method:METHOD") == str(source)
+    before = job_options.method_code("python:edited_method:METHOD")
+    assert before == "sha256:" + hashlib.sha256(b"METHOD = None\n").hexdigest()
+    source.write_text("METHOD = None  # edited\n")
+    assert job_options.method_code("python:edited_method:METHOD") != before
+    # a built-in method: no file of the user's; the package's version identifies its code
+    assert job_options.method_source("sr-random") is None
+    assert job_options.method_code("sr-random") == f"specrej {importlib.metadata.version('specrej')}"

@@ -358,3 +358,46 @@ def test_tiny_run_from_an_empty_cache_survives_a_kill_and_produces_every_output(
     for name in ("figure2.png", "figure3.png", "figure4.png", "table1.csv", "table2.csv", "summary.csv",
                  "failed_prompts.csv"):
         assert name in names
+
+
+def test_an_edited_outside_method_reruns_its_jobs(tmp_path):
+    """A `python:module:attr` method's module is an input of its method_run jobs: once every
+    input of one job is older than its output nothing is to be done, and editing the module
+    reruns that job (a dry run, on files laid down by hand)."""
+    sys.path.insert(0, str(ROOT / "workflow"))
+    import plan
+
+    from test_methods import OUTSIDE_METHOD
+
+    module = tmp_path / "outside_method.py"
+    module.write_text(OUTSIDE_METHOD)
+    methods = tmp_path / "methods.yaml"
+    methods.write_text("methods:\n  - {name: 'python:outside_method:PREFIX_TOP_K', grid: {n: [6]}}\n"
+                       "sr: {adaptive: {deltas: []}}\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from specrej.methods import get_method
+
+        method = get_method("python:outside_method:PREFIX_TOP_K")
+        setting = method.setting_name(method.check({"n": 6}))
+    finally:
+        sys.path.remove(str(tmp_path))
+    results = tmp_path / "results"
+    target = results / "runs" / "tiny--logprob" / (method.record_method or method.name) / setting / "chunk0000.jsonl"
+    inputs = [results / "prompts" / "prompts.jsonl", results / "prompts" / "chunks" / "chunk0000.jsonl",
+              *(results / "models" / f"{name}.json" for name in [plan.model_name("default")])]
+    for path in [*inputs, target]:  # inputs first, the output last: the newest
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}\n")
+        os.utime(path, (time.time() - 60 + len(path.parts), time.time() - 60 + len(path.parts)))
+    os.utime(module, (time.time() - 600, time.time() - 600))
+    os.utime(target, None)
+    args = ["-n", "--cores", "1", target.relative_to(tmp_path), "--configfile", TINY_CONFIG, methods]
+    result = snakemake(*args, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "Nothing to be done" in result.stdout + result.stderr, result.stdout + result.stderr
+    module.write_text(OUTSIDE_METHOD + "\n# edited\n")
+    result = snakemake(*args, cwd=tmp_path, env=env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "rule method_run" in output and "outside_method.py" in output, output

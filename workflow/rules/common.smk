@@ -181,6 +181,18 @@ def method_run_fit(wildcards):
     return calibration_fit(wildcards.pair) if method_run(wildcards)["fit_param"] else []
 
 
+def method_run_source(wildcards):
+    """The module file of a method from outside the package ([] for a built-in one): an input, so
+    an edited method reruns its jobs."""
+    source = job_options.method_source(method_run(wildcards)["spec"])
+    return [source] if source else []
+
+
+def method_run_code(wildcards):
+    """params.code of a method_run job (job_options.method_code): its module's digest or specrej's version."""
+    return job_options.method_code(method_run(wildcards)["spec"])
+
+
 def method_run_args(wildcards):
     """params.args of a method_run job (job_options.method_args), the fit file among its params."""
     run = method_run(wildcards)

@@ -78,6 +78,7 @@ rule method_run:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
         models=pair_model_files,
         fit=method_run_fit,
+        method_source=method_run_source,
     output:
         f"{RESULTS}/runs/{{pair}}/{{method}}/{{setting}}/{{chunk}}.jsonl",
     wildcard_constraints:
@@ -85,7 +86,11 @@ rule method_run:
         setting=METHOD_SETTINGS,
     params:
         args=lambda wildcards: method_run_args(wildcards),
-        partial=lambda wildcards, output: job_options.partial_path(RESULTS, output[0], method_run_args(wildcards)),
+        # the method's code (module digest or specrej version): a changed method reruns, and its
+        # partial file is another, so records of the old code are never resumed
+        code=method_run_code,
+        partial=lambda wildcards, output: job_options.partial_path(
+            RESULTS, output[0], f"{method_run_args(wildcards)} {method_run_code(wildcards)}"),
         prompt_ids=lambda wildcards: chunk_params(wildcards.chunk),
     log:
         f"{RESULTS}/logs/method_run/{{pair}}/{{method}}/{{setting}}/{{chunk}}.log",

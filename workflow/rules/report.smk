@@ -126,6 +126,7 @@ rule headline:
         summary=f"{RESULTS}/metrics/summary.csv",
         bon_equivalent=f"{RESULTS}/metrics/bon_equivalent.csv",
         runs=f"{RESULTS}/metrics/runs.csv",
+        failed=f"{RESULTS}/failed_prompts.csv",
         correlation=f"{RESULTS}/correlation/summary.csv",
         description=f"{workflow.basedir}/workflow/report/workflow.rst",
         figure3=f"{RESULTS}/figures/figure3.png",

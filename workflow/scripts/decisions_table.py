@@ -1,5 +1,6 @@
 """results/tables/decisions.{csv,md}: per pair, method setting and quantity (rounds, first
-decision token, each measure a method recorded of its decision) the median, range and mean over
+decision token, each measure a method recorded of each of its decisions: "NAME (round K)" after
+the first) the median, range and mean over
 prompts (analysis.decisions). Params: pair_of (each run file's pair label)."""
 
 import sys

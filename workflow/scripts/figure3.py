@@ -1,6 +1,7 @@
 """Figure 3: relative compute vs improvement score with bootstrap error bars on both axes, one
 panel per generator / reward pair (analysis.figures.figure3_compute_vs_improvement on
-results/metrics/summary.csv), its x axis wall-clock or FLOPs (figures.figure3.compute); a panel
+results/metrics/summary.csv), its x axis the measured compute (CPU or device seconds of the work),
+wall-clock seconds or FLOPs (figures.figure3.compute); a panel
 names the prompts its improvement leaves out."""
 
 import sys

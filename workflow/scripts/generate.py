@@ -16,7 +16,8 @@ engine_threads(snakemake.threads)  # noqa: F821
 log_to(snakemake.log[0])  # noqa: F821
 params = snakemake.params  # noqa: F821
 os.makedirs(os.path.dirname(params.partial), exist_ok=True)
-argv = ["generate", *shlex.split(params.args), "--prompts", snakemake.input.prompts, "--out", params.partial]  # noqa: F821
+argv = ["generate", *shlex.split(params.args), "--prompts", snakemake.input.prompts, "--out", params.partial,  # noqa: F821
+        "--threads", str(snakemake.threads)]  # noqa: F821
 code = call_specrej(argv, gpus=snakemake.resources.gpu)  # noqa: F821
 if code == 0:
     os.replace(params.partial, snakemake.output[0])  # noqa: F821

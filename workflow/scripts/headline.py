@@ -10,7 +10,8 @@ and rendered to both.
 results/metrics/adaptive.csv: each adaptive SR run against the fixed-α curve at equal compute
 (analysis.adaptive_study.against_fixed_alpha, on the resamples of results/metrics/summary.csv).
 
-Inputs: summary, bon_equivalent (results/metrics), runs (results/metrics/runs.csv),
+Inputs: summary, bon_equivalent (results/metrics), runs (results/metrics/runs.csv), failed
+(results/failed_prompts.csv: a method setting that completed no response gets a row saying so),
 correlation (results/correlation/summary.csv), figure3 (results/figures/figure3.png), and with
 adaptive SR survival and fits (results/adaptive/<pair>/, possibly none). Params: pair_of (display
 label of each adaptive file), improvement_normalization, bootstrap_resamples, confidence_level,
@@ -27,6 +28,7 @@ from analysis.metrics import bootstrap_draws
 from analysis.page import to_markdown
 from analysis.report_page import FIGURE3_ALT, FIGURE3_CAPTION, embedded_figure_rst, front_page_rst
 from analysis.summary_page import headline_page
+from analysis.tables import unanswered_runs
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 params, inputs, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
@@ -62,7 +64,7 @@ savings = token_savings(runs, correlation if not correlation.empty else None,
                         seed=params.bootstrap_seed)
 page = headline_page(headline, savings, normalization=params.improvement_normalization,
                      correlation_resamples=params.correlation_resamples, adaptive=adaptive, survival=survival,
-                     fits=fits)
+                     fits=fits, unanswered=unanswered_runs(read(inputs.failed)))
 with open(out.markdown, "w", encoding="utf-8") as markdown:
     markdown.write(to_markdown(page))
 with open(inputs.description, encoding="utf-8") as description, open(inputs.figure3, "rb") as figure3:

@@ -1,7 +1,8 @@
 """Table 2 (perplexity and speedup per method and generator, under the table2_reward, the
 paper's log-prob reward) as CSV (values and interval ends as numbers), Markdown and LaTeX
 ("value [lo, hi]": prompt-level paired bootstrap intervals from results/metrics/summary.csv),
-with notes on the intervals and on excluded prompts."""
+with notes on the intervals and on excluded prompts; a method setting that completed no response
+on any prompt is a row of "--" whose CSV `status` (and the note) says so."""
 
 import sys
 
@@ -11,7 +12,7 @@ from analysis.tables import interval_note, table2_perplexity_speedup, write_tabl
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 sys.path.insert(0, snakemake.scriptdir)  # noqa: F821
-from table_notes import add_notes, failed_note, zero_spread_note  # noqa: E402
+from table_notes import add_notes, failed_note, no_response_rows, zero_spread_note  # noqa: E402
 
 params, out = snakemake.params, snakemake.output  # noqa: F821
 summary = pd.read_csv(snakemake.input.summary, dtype={"zero_spread_prompts": str})  # noqa: F821
@@ -25,10 +26,16 @@ if rows.empty:
     rows = summary.drop_duplicates("method_label").assign(generator=summary["generator"].iloc[0],
                                                           **dict.fromkeys(blank, float("nan")))
     notes.append(reason[0].upper() + reason[1:] + ".")
+silent = no_response_rows(snakemake.input.failed, params.pairs)  # noqa: F821
+if not rows.empty and not silent.empty:  # a setting without a response: a row that says so, not no row
+    rows = pd.concat([rows, silent.drop(columns="status")], ignore_index=True)
 table = table2_perplexity_speedup(rows)
 write_table(table, out.csv.removesuffix(".csv"))
 if notes:
     table.assign(status=notes[0]).to_csv(out.csv)
+elif not silent.empty:
+    status = dict(zip(silent["method_label"], silent["status"]))
+    table.assign(status=[status.get(label, "") for label in table.index]).to_csv(out.csv)
 elif {"confidence_level", "bootstrap_resamples"} <= set(rows.columns):
     notes.append(interval_note(rows["confidence_level"].iloc[0], int(rows["bootstrap_resamples"].iloc[0])))
 notes.append(failed_note(snakemake.input.failed, params.pairs))  # noqa: F821

@@ -1,21 +1,39 @@
 """Notes written under the Markdown and LaTeX tables: why cells are empty, which prompts were
-left out because they failed."""
+left out because they failed, which method settings completed no response at all."""
 
 import pandas as pd
 
-from analysis.tables import append_notes
+from analysis.tables import NO_RESPONSE, append_notes, unanswered_runs
 
 
 def failed_note(failed_csv: str, pairs: list[str]) -> str:
-    """One sentence naming the prompts that failed in the runs of `pairs` (empty if none)."""
+    """What failed in the runs of `pairs` and what was done about it (empty if nothing failed):
+    the prompts that failed in a run that answered others (left out of every method of the pair),
+    and the method settings that completed no response on any prompt (rows of "--" that this
+    note names; they leave out no prompt, having no scores to compare on)."""
     failed = pd.read_csv(failed_csv, dtype={"prompt_id": str})
     failed = failed[failed["pair"].isin(pairs)]
-    if failed.empty:
-        return ""
-    prompts = ", ".join(f"{pid} ({'; '.join(sorted(set(group['error'])))})"
-                        for pid, group in failed.groupby("prompt_id", sort=False))
-    return (f"Excluded prompts (failed in at least one run, so left out of every method of that pair; "
-            f"see {failed_csv}): {prompts}.")
+    silent = unanswered_runs(failed)
+    partial = failed[~failed["run"].isin(silent["run"])]
+    notes = []
+    if not partial.empty:
+        prompts = ", ".join(f"{pid} ({'; '.join(sorted(set(group['error'])))})"
+                            for pid, group in partial.groupby("prompt_id", sort=False))
+        notes.append(f"Excluded prompts (failed in at least one run, so left out of every method of that pair; "
+                     f"see {failed_csv}): {prompts}.")
+    if not silent.empty:
+        settings = ", ".join(f"{row.method_label} ({row.pair}: {row.error})" for row in silent.itertuples())
+        notes.append(f"Method settings with {NO_RESPONSE} (nothing to score: their rows read \"--\"; they "
+                     f"exclude no prompt from the other methods; see {failed_csv}): {settings}.")
+    return " ".join(notes)
+
+
+def no_response_rows(failed_csv: str, pairs: list[str]) -> pd.DataFrame:
+    """generator, method_label and status of each method setting of `pairs` that completed no
+    response (``analysis.tables.unanswered_runs``): the rows a table adds for them."""
+    failed = pd.read_csv(failed_csv, dtype={"prompt_id": str})
+    silent = unanswered_runs(failed[failed["pair"].isin(pairs)])
+    return silent[["generator", "method_label"]].assign(status=NO_RESPONSE)
 
 
 def zero_spread_note(summary: pd.DataFrame) -> str:
