@@ -2,7 +2,7 @@
 to the engine or the methods left the outputs as they were, and, where outputs may differ by
 design (a compiled decode step), by how much.
 
-    python benchmarks/compare_run_files.py BEFORE/results AFTER/results [--tokens] [--summary]
+    python benchmarks/compare_run_files.py BEFORE/results AFTER/results [--tokens] [--summary] [--compute [TOL]]
 
 Records are compared as parsed JSON, ignoring what differs between any two runs (`timing`) and
 the fields that newer versions add: the top-level flops, and every params field that the BEFORE
@@ -18,8 +18,13 @@ continuation (and, for SR, which rows are halted) is a different sample.
 `--summary`: each estimate of AFTER's metrics/summary.csv that has a confidence interval (the
 score improvement and the FLOP speedups; not the wall-time ones, which a slower or faster run
 moves) against BEFORE's interval for the same method and setting.
-Exit status: 1 if a file differs (with --tokens or --summary: only if an estimate falls outside
-BEFORE's interval), else 0.
+`--compute [TOL]` (default 0.05): whether two runs of one study measured the same compute: each
+method and setting's relative compute (× the smallest Best-of-N, summary.csv's relative_compute)
+and the headline's speedup at equal score (metrics/headline.csv) in both, and AFTER / BEFORE; and
+within each folder, settings of one name under two methods (SR and random-halting SR at one α: the
+same FLOPs) against each other. A ratio further than TOL from 1 is marked.
+Exit status: 1 if a file differs (with --tokens, --summary or --compute: only if an estimate falls outside
+BEFORE's interval, or a compute ratio outside TOL), else 0.
 """
 
 from __future__ import annotations
@@ -154,6 +159,58 @@ def print_summary_report(before: Path, after: Path) -> bool:
     return bool(table["inside"].all())
 
 
+def compute_agreement(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
+    """Per method and setting in both summaries: relative_compute before and after, and their ratio."""
+    merged = before.merge(after, on=SUMMARY_KEY, suffixes=("_before", "_after"))
+    return pd.DataFrame({"method_label": merged["method_label_before"], "before": merged["relative_compute_before"],
+                         "after": merged["relative_compute_after"],
+                         "ratio": merged["relative_compute_after"] / merged["relative_compute_before"]})
+
+
+def same_setting_pairs(summary: pd.DataFrame) -> pd.DataFrame:
+    """Settings of one name run by two methods (e.g. SR and random-halting SR at one α), their
+    relative compute and its ratio."""
+    rows = []
+    for (_, setting), group in summary.groupby(["pair_key", "setting"]):
+        group = group.sort_values("method")
+        for (_, first), (_, second) in zip(group.iloc[:-1].iterrows(), group.iloc[1:].iterrows()):
+            rows.append({"setting": setting, "first": first["method_label"], "second": second["method_label"],
+                         "first_compute": first["relative_compute"], "second_compute": second["relative_compute"],
+                         "ratio": second["relative_compute"] / first["relative_compute"]})
+    return pd.DataFrame(rows, columns=["setting", "first", "second", "first_compute", "second_compute", "ratio"])
+
+
+def print_compute_report(before: Path, after: Path, tolerance: float) -> bool:
+    """Prints the compute comparisons; True if every ratio lies within `tolerance` of 1."""
+    summaries = {folder: pd.read_csv(folder / "metrics/summary.csv") for folder in (before, after)}
+    marked = lambda ratio: "" if abs(ratio - 1) <= tolerance else "  OUTSIDE"  # noqa: E731
+    within = True
+    table = compute_agreement(summaries[before], summaries[after])
+    print(f"\nrelative compute (x the smallest Best-of-N), {before} -> {after} (--compute, tolerance {tolerance:.0%}):")
+    for _, row in table.iterrows():
+        print(f"  {row['method_label']:<34} {row['before']:7.3f} {row['after']:7.3f}  x{row['ratio']:.3f}{marked(row['ratio'])}")
+        within &= abs(row["ratio"] - 1) <= tolerance
+    headlines = [folder / "metrics/headline.csv" for folder in (before, after)]
+    if all(path.is_file() for path in headlines):
+        old, new = (pd.read_csv(path) for path in headlines)
+        key = [c for c in ("pair", "method") if c in old.columns and c in new.columns]
+        column = next(c for c in old.columns if c.startswith("speedup"))
+        merged = old.merge(new, on=key, suffixes=("_before", "_after"))
+        print(f"headline {column} (metrics/headline.csv):")
+        for _, row in merged.iterrows():
+            ratio = row[f"{column}_after"] / row[f"{column}_before"]
+            print(f"  {' / '.join(str(row[k]) for k in key):<34} {row[f'{column}_before']:7.3f} "
+                  f"{row[f'{column}_after']:7.3f}  x{ratio:.3f}{marked(ratio)}")
+            within &= bool(abs(ratio - 1) <= tolerance) or pd.isna(ratio)
+    for folder in (before, after):
+        print(f"settings of one name under two methods, in {folder}:")
+        for _, row in same_setting_pairs(summaries[folder]).iterrows():
+            print(f"  {row['first']} {row['first_compute']:.3f} vs {row['second']} {row['second_compute']:.3f}: "
+                  f"x{row['ratio']:.3f}{marked(row['ratio'])}")
+            within &= abs(row["ratio"] - 1) <= tolerance
+    return bool(within)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -162,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", action="store_true", help="how many sampled tokens the two runs share")
     parser.add_argument("--summary", action="store_true",
                         help="AFTER's metrics/summary.csv estimates against BEFORE's confidence intervals")
+    parser.add_argument("--compute", type=float, nargs="?", const=0.05, metavar="TOL",
+                        help="whether the two runs measured the same compute (ratios within TOL of 1, default 0.05)")
     args = parser.parse_args(argv)
     before, after = args.before, args.after
     files_before = {p.relative_to(before) for p in before.glob("runs/**/*.jsonl")}
@@ -185,8 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         # larger N repeat the smaller's shards); a directory without chunk files: every file
         chunks = [f for f in both if f.name.startswith("chunk")]
         print_token_report(before, after, chunks or both)
+    ok = True
     if args.summary:
-        return 0 if print_summary_report(before, after) else 1
+        ok &= print_summary_report(before, after)
+    if args.compute is not None:
+        ok &= print_compute_report(before, after, args.compute)
+    if args.summary or args.compute is not None:
+        return 0 if ok else 1
     if args.tokens:
         return 0
     return 1 if differ else 0

@@ -57,3 +57,24 @@ def test_the_command_reports_and_exits_on_the_intervals(tmp_path, capsys):
     assert "DIFFERS runs/pair/sr/alpha0.5/chunk0000.jsonl: candidates" in out
     assert "all: 0/1 candidates identical; 2/3 tokens (66.7%)" in out
     assert "0 of 1 inside" in out and status == 1
+
+
+def compute_summary(computes: dict[tuple[str, str], float]) -> pd.DataFrame:
+    return pd.DataFrame([{"pair_key": "g--r", "method": method, "setting": setting, "method_label": f"{method} {setting}",
+                          "relative_compute": value} for (method, setting), value in computes.items()])
+
+
+def test_two_runs_compute_is_compared_setting_by_setting_and_within_a_run(tmp_path, capsys):
+    before = compute_summary({("bon", "n32"): 2.0, ("sr", "alpha0.5"): 2.5, ("sr-random", "alpha0.5"): 2.55})
+    after = compute_summary({("bon", "n32"): 2.08, ("sr", "alpha0.5"): 2.5, ("sr-random", "alpha0.5"): 2.5})
+    agreement = compare_run_files.compute_agreement(before, after)
+    assert agreement["ratio"].round(4).tolist() == [1.04, 1.0, round(2.5 / 2.55, 4)]
+    pairs = compare_run_files.same_setting_pairs(before)
+    assert pairs[["setting", "first", "second"]].values.tolist() == [["alpha0.5", "sr alpha0.5", "sr-random alpha0.5"]]
+    assert pairs["ratio"].iloc[0] == 2.55 / 2.5
+    for folder, summary in (("before", before), ("after", after)):
+        (tmp_path / folder / "metrics").mkdir(parents=True)
+        summary.to_csv(tmp_path / folder / "metrics" / "summary.csv", index=False)
+    assert compare_run_files.print_compute_report(tmp_path / "before", tmp_path / "after", 0.05)
+    assert not compare_run_files.print_compute_report(tmp_path / "before", tmp_path / "after", 0.03)  # bon: 4%
+    assert "x1.040  OUTSIDE" in capsys.readouterr().out
