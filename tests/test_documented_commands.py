@@ -51,6 +51,9 @@ SIZE_ARGS = {
     "python benchmarks/init_batch_rule.py": ["--count", "1", "--max-new-tokens", "16", "--memory-budget", "16MiB"],
     "python benchmarks/st_bon_agreement.py": ["--model", "{generator}"],
     "python benchmarks/profile_decode_step.py": ["--model", "{generator}", "--batch-sizes", "2", "--new-tokens", "2"],
+    # its own random model (one layer here), one job alone and one beside a busy process
+    "python benchmarks/compute_repeatability.py": ["--threads", "1", "--methods", "bon", "--repeats", "1",
+                                                   "--layers", "1", "--new-tokens", "4"],
     "specrej doctor": [],
 }
 SLOW = {"python benchmarks/bf16_logprob_tolerance.py", "python benchmarks/init_batch_rule.py", "specrej doctor"}
