@@ -252,7 +252,12 @@ def test_a_rollout_needs_only_the_forward_pass_and_runs_the_free_functions(gener
                 finished += rollout.step()
         runs.append(sorted((f.candidate_id, f.token_ids, f.token_logprobs, f.stopped) for f in finished))
         steps.append(list(calls))
-    assert runs[0] == runs[1] and any(stopped for *_, stopped in runs[0])
+    # the same tokens and stops; log-probs to float32 rounding (seen once on a loaded machine: the
+    # last bit of one log-prob differed, as a BLAS that sizes its thread team by load may round)
+    assert [(i, ids, stopped) for i, ids, _, stopped in runs[0]] == [(i, ids, stopped) for i, ids, _, stopped in runs[1]]
+    for (*_, first, _), (*_, second, _) in zip(runs[0], runs[1]):
+        assert first == pytest.approx(second, rel=1e-6, abs=1e-6)
+    assert any(stopped for *_, stopped in runs[0])
     assert steps[0] and steps[0] == steps[1]  # every step went through decoding.decode_one_token
     with pytest.raises(TypeError, match="stop_token_ids"):
         Rollout(engine.forward, prompt, 2, 4, params, torch.Generator())
