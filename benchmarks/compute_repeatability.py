@@ -28,6 +28,9 @@ import sys
 import time
 
 CLOCKS = ("wall_s", "process_cpu_s", "thread_cpu_s", "compute_s", "total_s", "tokens")  # tokens: the work, the same each run
+# the job of each --methods name: Best-of-16, and SR / random-halting SR at one alpha from 16 rows (the same FLOPs)
+JOBS = {"bon": {"n": 16, "batch_size": 16}, "sr": {"alpha": 0.5, "batch_size": 16},
+        "sr-random": {"alpha": 0.5, "batch_size": 16}}
 CORPUS = ["the sea is deep and blue and the wind is cold", "a child asks why the sky is blue",
           "gravity pulls every mass toward every other mass", "write a poem about the moon and the stars"]
 
@@ -62,7 +65,7 @@ def child(args: argparse.Namespace) -> None:
     from specrej.rewards.reward import load_reward
 
     engine, reward = build_engine(args.layers), load_reward("logprob")
-    params = {"n": 16, "batch_size": 16} if args.method == "bon" else {"alpha": 0.5, "batch_size": 16}
+    params = JOBS[args.method]
     sampling = SamplingParams(max_new_tokens=args.new_tokens)
     run_one(engine, reward, CORPUS[1], method=args.method, seed=0, sampling=sampling, **params)  # warm-up
     wall, cpu, thread = time.perf_counter(), time.process_time(), time.thread_time()
@@ -94,18 +97,21 @@ def run_job(method: str, threads: int, policy: str, neighbours: int, args: argpa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--methods", default="bon")
+    parser.add_argument("--methods", default="bon", help=f"comma-separated, of {', '.join(JOBS)}")
     parser.add_argument("--wait-policies", default="default")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--neighbours", type=int, default=1)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--method", default="bon", help=argparse.SUPPRESS)
+    parser.add_argument("--method", choices=JOBS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         args.threads = int(args.threads)
         return child(args)
+    unknown = set(args.methods.split(",")) - set(JOBS)
+    if unknown:
+        parser.error(f"--methods: unknown {', '.join(sorted(unknown))} (known: {', '.join(JOBS)})")
     print(f"# {' '.join(sys.argv)}  (cpus: {os.cpu_count()})")
     print("method     threads policy   clock          alone (median, range)     beside (median, range)   ratio")
     for method in args.methods.split(","):
