@@ -59,23 +59,33 @@ def bon_args(config: dict, pair: dict, *, n: int, seed_offset: int = 0) -> str:
 
 def method_args(config: dict, pair: dict, spec: str, params: dict) -> str:
     """`specrej generate` options of one method setting's job: the common ones, `--method SPEC`,
-    the sr block's schedule settings the method declares, then its `params` (grid values, the
-    fit file), each as --param NAME=VALUE."""
+    the sr block's schedule and memory budget if the method runs SR's schedule (`runs_sr_schedule`),
+    then its `params` (grid values, the fit file), each as --param NAME=VALUE. Any other method
+    has the device's memory budget and its own parameters' values only."""
     from specrej.methods import get_method
 
-    method = get_method(spec)
-    declared = {p.name for p in method.params}
     block = config["sr"]
-    values = {key: block[key] for key in SCHEDULE_KEYS if key in declared and block[key] not in (None, [])}
+    shares = runs_sr_schedule(get_method(spec))
+    values = {key: block[key] for key in SCHEDULE_KEYS if shares and block[key] not in (None, [])}
     values.update(params)
     args = common_args(config, pair, spec)
     for key, value in values.items():
         text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
         args += ["--param", f"{key}={text}"]
-    budget = block["memory_budget"] or config["memory_budget"]
+    budget = (block["memory_budget"] if shares else None) or config["memory_budget"]
     if budget:
         args += ["--memory-budget", budget]
     return join_args(args + remote_code_args(config, pair))
+
+
+def runs_sr_schedule(method) -> bool:
+    """Whether `method` declares SR's schedule parameters as SR does (SR itself, random-halting and
+    adaptive SR): the sr block's settings are theirs. A method with a parameter of the same name but
+    its own meaning (DeepConf's batch_size) keeps its own default."""
+    from specrej.methods import get_method
+
+    schedule = [p for p in get_method(BLOCK_METHODS["sr"]).params if p.name in SCHEDULE_KEYS]
+    return all(p in method.params for p in schedule)
 
 
 def partial_path(results: str, output: str, args: str) -> str:

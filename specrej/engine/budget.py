@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..errors import SpecrejError
+
 _UNITS = {
     "": 1, "b": 1,
     "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
@@ -41,6 +43,14 @@ def format_size(num_bytes: float) -> str:
             return f"{num_bytes:.1f} {unit}" if unit != "B" else f"{int(num_bytes)} B"
         num_bytes /= 1024
     raise AssertionError("unreachable")
+
+
+def check_context(prompt_len: int, max_new_tokens: int, max_positions: int | None) -> None:
+    """SpecrejError when a prompt and its longest response exceed the model's context
+    (`max_positions`; None: no limit known)."""
+    if max_positions and prompt_len + max_new_tokens > max_positions:
+        raise SpecrejError(f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} exceeds the "
+                           f"model's context of {max_positions} tokens")
 
 
 def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:

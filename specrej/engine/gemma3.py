@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import SpecrejError
+from .budget import check_context
 from .llama import LlamaForward, rotate
 
 SUPPORTED_MODEL_TYPES = ("gemma3_text",)  # the model types Gemma3Forward runs
@@ -130,12 +131,7 @@ class Gemma3Forward(LlamaForward):
     # -- limits and sizes ----------------------------------------------------------------
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
         """The context length only: the sliding layers attend to their window at any length."""
-        total = prompt_len + max_new_tokens
-        if total > self.max_positions:
-            raise SpecrejError(
-                f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} exceeds the "
-                f"model's context of {self.max_positions} tokens"
-            )
+        check_context(prompt_len, max_new_tokens, self.max_positions)
 
     def decode_row_bytes(self, context_len: int) -> int:
         """Upper bound on one row's activations in a decode step with `context_len` tokens of KV,

@@ -16,6 +16,7 @@ import inspect
 import torch
 
 from ..errors import SpecrejError
+from .budget import check_context
 from .hf_cache import HFPromptCache, HFRowCache, _layer_bytes, shares_prompt
 
 
@@ -109,12 +110,7 @@ class HFForward:
 
     # -- limits and sizes --------------------------------------------------------------------
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
-        total = prompt_len + max_new_tokens
-        if self.max_positions and total > self.max_positions:
-            raise SpecrejError(
-                f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} exceeds the "
-                f"model's context of {self.max_positions} tokens"
-            )
+        check_context(prompt_len, max_new_tokens, self.max_positions)
 
     def new_cache(self) -> HFRowCache:
         return HFRowCache(self)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import SpecrejError
-from .budget import kv_bytes_per_token
+from .budget import check_context, kv_bytes_per_token
 from .cache import KVCache, PromptKV
 from .compiled import decode_steps
 from .linear import linear_for
@@ -183,12 +183,8 @@ class LlamaForward:
 
     # -- limits and sizes ----------------------------------------------------------------
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
+        check_context(prompt_len, max_new_tokens, self.max_positions)
         total = prompt_len + max_new_tokens
-        if total > self.max_positions:
-            raise SpecrejError(
-                f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} exceeds the "
-                f"model's context of {self.max_positions} tokens"
-            )
         if self.sliding_window and total > self.sliding_window:
             raise SpecrejError(f"prompt + max_new_tokens ({total}) exceeds the sliding window {self.sliding_window}")
 

@@ -607,3 +607,21 @@ def test_method_code_is_its_modules_content_or_the_installed_version(tmp_path, m
     # a built-in method: no file of the user's; the package's version identifies its code
     assert job_options.method_source("sr-random") is None
     assert job_options.method_code("sr-random") == f"specrej {importlib.metadata.version('specrej')}"
+
+
+def test_the_sr_blocks_schedule_and_budget_go_only_to_methods_that_run_srs_schedule(config):
+    """sr.batch_size and sr.memory_budget are SR's: random-halting SR (SR's schedule) takes them;
+    DeepConf, whose batch_size is its own parameter, and ST-BoN keep the device's budget and their
+    own defaults (a user who sets sr.batch_size does not change DeepConf's batch)."""
+    config["sr"].update(batch_size=64, min_tokens=4, memory_budget="64MiB")
+    config["memory_budget"] = "27MiB"
+
+    def options(spec, params):
+        args = shlex.split(job_options.method_args(config, config["pairs"][1], spec, params))
+        return [args[i + 1] for i, a in enumerate(args) if a == "--param"], args[args.index("--memory-budget") + 1]
+
+    assert options("sr-random", {"alpha": 0.5}) == (
+        ["batch_size=64", "min_tokens=4", "max_init_batch=1000", "alpha=0.5"], "64MiB")
+    assert options("deepconf", {"n": 32}) == (["n=32"], "27MiB")
+    assert options("deepconf", {"n": 32, "batch_size": 8}) == (["n=32", "batch_size=8"], "27MiB")  # its grid's own
+    assert options("st-bon", {"n": 32}) == (["n=32"], "27MiB")
