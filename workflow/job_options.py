@@ -15,9 +15,8 @@ import hashlib
 import shlex
 from pathlib import Path
 
-from plan import BLOCK_METHODS, local_judge
-
-SCHEDULE_KEYS = ("batch_size", "min_tokens", "max_init_batch", "decision_tokens")  # the sr block's
+from method_entries import reference
+from plan import local_judge
 
 
 def join_args(args) -> str:
@@ -46,46 +45,35 @@ def remote_code_args(config: dict, pair: dict) -> list:
 
 
 def bon_args(config: dict, pair: dict, *, n: int, seed_offset: int = 0) -> str:
-    """`specrej generate` options of one Best-of-N job of `pair` (everything but --prompts/--out),
-    quoted into one string (a job's `params.args`: a changed string reruns the job)."""
-    block = config["bon"]
-    args = common_args(config, pair, BLOCK_METHODS["bon"], seed_offset) + ["--n", n]
-    if block["batch_size"]:
-        args += ["--batch-size", min(block["batch_size"], n)]
-    if block["memory_budget"] or config["memory_budget"]:
-        args += ["--memory-budget", block["memory_budget"] or config["memory_budget"]]
-    return join_args(args + remote_code_args(config, pair))
-
-
-def method_args(config: dict, pair: dict, spec: str, params: dict) -> str:
-    """`specrej generate` options of one method setting's job: the common ones, `--method SPEC`,
-    the sr block's schedule and memory budget if the method runs SR's schedule (`runs_sr_schedule`),
-    then its `params` (grid values, the fit file), each as --param NAME=VALUE. Any other method
-    has the device's memory budget and its own parameters' values only."""
-    from specrej.methods import get_method
-
-    block = config["sr"]
-    shares = runs_sr_schedule(get_method(spec))
-    values = {key: block[key] for key in SCHEDULE_KEYS if shares and block[key] not in (None, [])}
-    values.update(params)
-    args = common_args(config, pair, spec)
-    for key, value in values.items():
-        text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
-        args += ["--param", f"{key}={text}"]
-    budget = (block["memory_budget"] if shares else None) or config["memory_budget"]
+    """`specrej generate` options of one job of the reference method (Best-of-N) of `pair`: N = `n`
+    (everything but --prompts/--out), quoted into one string (a job's `params.args`: a changed string
+    reruns the job). A batch size in its entry is capped at `n`."""
+    ref = reference(config)
+    args = common_args(config, pair, ref["name"], seed_offset) + ["--n", n]
+    for key, value in ref["params"].items():
+        args += ["--param", f"{key}={min(value, n) if key == ref['batch_param'] else _text(value)}"]
+    budget = ref["memory_budget"] or config["memory_budget"]
     if budget:
         args += ["--memory-budget", budget]
     return join_args(args + remote_code_args(config, pair))
 
 
-def runs_sr_schedule(method) -> bool:
-    """Whether `method` declares SR's schedule parameters as SR does (SR itself, random-halting and
-    adaptive SR): the sr block's settings are theirs. A method with a parameter of the same name but
-    its own meaning (DeepConf's batch_size) keeps its own default."""
-    from specrej.methods import get_method
+def method_args(config: dict, pair: dict, spec: str, params: dict, memory_budget: str | None = None) -> str:
+    """`specrej generate` options of one method setting's job: the common ones, `--method SPEC`,
+    then its `params` (its entry's grid values, the fit file), each as --param NAME=VALUE, and the
+    entry's `memory_budget`, else the top-level one."""
+    args = common_args(config, pair, spec)
+    for key, value in params.items():
+        args += ["--param", f"{key}={_text(value)}"]
+    budget = memory_budget or config["memory_budget"]
+    if budget:
+        args += ["--memory-budget", budget]
+    return join_args(args + remote_code_args(config, pair))
 
-    schedule = [p for p in get_method(BLOCK_METHODS["sr"]).params if p.name in SCHEDULE_KEYS]
-    return all(p in method.params for p in schedule)
+
+def _text(value) -> str:
+    """A parameter's value as --param takes it: a list as 8,16."""
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
 def partial_path(results: str, output: str, args: str) -> str:

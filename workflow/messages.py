@@ -16,7 +16,7 @@ import csv
 import shlex
 from pathlib import Path
 
-from plan import BLOCK_METHODS, Plan, local_judge, pair_labels
+from plan import Plan, local_judge, pair_labels
 
 GENERATION_RULES = ("bon_shard", "bon_direct", "method_run")
 
@@ -50,14 +50,14 @@ def job_seconds(config: dict, plan: Plan, rule: str, wildcards: dict) -> float:
     chunk = plan.all_chunks.get(wildcards.get("chunk"), ())
     steps = len(chunk) * config["sampling"]["max_new_tokens"]
     if rule in ("bon_shard", "bon_direct"):
-        rows = config["bon"]["shard_size"] if rule == "bon_shard" else int(wildcards["n"])
-        per_row = step_seconds(BLOCK_METHODS["bon"], FALLBACK_BON_STEP_S) / BON_MEASURED_ROWS
+        rows = plan.reference["shard_size"] if rule == "bon_shard" else int(wildcards["n"])
+        per_row = step_seconds(plan.reference["name"], FALLBACK_BON_STEP_S) / BON_MEASURED_ROWS
         return GENERATION_START_S + steps * rows * per_row
     if rule == "method_run":
         spec = plan.method_runs[(wildcards["method"], wildcards["setting"])]["spec"]
         return GENERATION_START_S + steps * step_seconds(spec, FALLBACK_STEP_S)
     if rule == "win_rates" and local_judge(config):
-        runs = len(config["bon"]["n"]) + len(plan.method_runs)
+        runs = len(plan.reference["ladder"]) + len(plan.method_runs)
         prompts = sum(map(len, plan.chunks.values()))
         comparisons = len(plan.table1_pairs) * prompts * (runs - 1)  # every run against Bo-N_min
         return GENERATION_START_S + comparisons * JUDGE_COMPARISON_S
@@ -78,7 +78,7 @@ def study_overview(config: dict, plan: Plan, study: list[tuple[str, dict]], left
     pairs = [pair_labels(config, pair)["pair"] for pair in plan.pairs.values()]
     shown = ", ".join(pairs) if len(pairs) <= 4 else f"{', '.join(pairs[:3])} and {len(pairs) - 3} more"
     prompts = sum(map(len, plan.chunks.values()))
-    held_out = f" (+ {sum(map(len, plan.calibration_chunks.values()))} held out for adaptive SR's fit)" \
+    held_out = f" (+ {sum(map(len, plan.calibration_chunks.values()))} held out for {plan.fit_label}'s fit)" \
         if plan.calibration_chunks else ""
     larger = {generator["model"] for generator in config["generators"].values()} != {"default"}
     lines = [(f"specrej: the study: {len(study)} jobs ({generating} of them generating), "
@@ -95,11 +95,13 @@ def study_overview(config: dict, plan: Plan, study: list[tuple[str, dict]], left
 
 
 def _method_summaries(config: dict, plan: Plan) -> list[str]:
-    """Best-of-N's ladder, then each method's settings by their labels."""
+    """The reference's ladder (Best-of-N 16, 32, ...), then each method's settings by their labels."""
     from specrej.methods import get_method
 
-    shard = config["bon"]["shard_size"]
-    ladder = f"Best-of-N {', '.join(map(str, sorted(config['bon']['n'])))}" + (f" (shards of {shard})" if shard else "")
+    ref = plan.reference
+    shard = ref["shard_size"]
+    name = get_method(ref["name"]).display.name
+    ladder = f"{name} {', '.join(map(str, ref['ladder']))}" + (f" (shards of {shard})" if shard else "")
     by_method = {}
     for run in plan.method_runs.values():
         method = get_method(run["spec"])

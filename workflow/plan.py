@@ -19,11 +19,10 @@ import os
 import re
 from pathlib import Path
 
-LOCAL_SUFFIXES = (".json", ".jsonl", ".txt")
+from method_entries import (calibration_select, check_methods, fit_entry, method_settings, old_blocks_message,
+                            reference)
 
-# The config blocks that name a method: `bon` (the Best-of-N ladder), `sr` (its alphas) and
-# `sr.adaptive` (its deltas). Every other method comes from a `methods:` entry.
-BLOCK_METHODS = {"bon": "bon", "sr": "sr", "sr.adaptive": "sr-adaptive"}
+LOCAL_SUFFIXES = (".json", ".jsonl", ".txt")
 
 
 class ConfigError(ValueError):
@@ -43,6 +42,9 @@ def validate_config(config: dict, schema_path, basedir=".") -> None:
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
+    old = old_blocks_message(config)
+    if old:
+        raise ConfigError(old)
     try:
         validate(config, str(Path(schema_path).resolve()), set_default=True)
     except WorkflowError as error:
@@ -52,7 +54,8 @@ def validate_config(config: dict, schema_path, basedir=".") -> None:
         where = key_path(cause.absolute_path) or "(top level)"
         raise ConfigError(f"invalid config: {where}: {schema_message(cause)}") from None
     config["results_dir"] = os.path.normpath(config["results_dir"])  # "results/grid/" names the same folder
-    problems = [*cross_check(config, basedir), *check_paths(config, basedir), *check_methods(config)]
+    method_problems = list(check_methods(config))
+    problems = [*cross_check(config, basedir, not method_problems), *check_paths(config, basedir), *method_problems]
     if problems:
         raise ConfigError("invalid config: " + "; ".join(problems))
 
@@ -78,7 +81,7 @@ def schema_message(error) -> str:
     return error.message
 
 
-def cross_check(config: dict, basedir="."):
+def cross_check(config: dict, basedir=".", methods_valid: bool = True):
     """Yield one message per reference the schema cannot check (a pair naming an undefined model,
     shard sizes that do not divide N, held-out prompts that are also study prompts, ...)."""
     for i, pair in enumerate(config["pairs"]):
@@ -89,16 +92,11 @@ def cross_check(config: dict, basedir="."):
     names = [pair_name(p) for p in config["pairs"]]
     if len(set(names)) != len(names):
         yield "pairs: a generator/reward pair is listed twice"
-    shard = config["bon"]["shard_size"]
-    if shard:
-        uneven = [n for n in config["bon"]["n"] if n > shard and n % shard]
-        if uneven:
-            yield (f"bon.n: {', '.join(map(str, uneven))} above bon.shard_size={shard} must be multiples of it "
-                   "(Bo-N is merged from N / shard_size shards)")
-        n = config["correlation"]["n"]
-        if n > shard and n % shard:
-            yield (f"correlation.n: {n} must be a multiple of bon.shard_size={shard} (the study reads "
-                   "Best-of-N's first n / shard_size shards)")
+    shard = reference(config)["shard_size"] if methods_valid else None
+    n = config["correlation"]["n"]
+    if shard and n > shard and n % shard:
+        yield (f"correlation.n: {n} must be a multiple of the reference's shard_size={shard} (the study reads "
+               "its first n / shard_size shards)")
     figures = config["figures"]
     for key, value in (("correlation.pairs", config["correlation"]["pairs"]),
                        ("figures.figure2.pair", figures["figure2"]["pair"]),
@@ -120,7 +118,8 @@ def cross_check(config: dict, basedir="."):
     if calibration is not None:
         overlap = sorted(set(calibration) & set(select)) if select is not None else calibration
         if overlap:
-            yield (f"sr.adaptive.calibration_prompts: {', '.join(map(str, overlap))} "
+            where = f"methods[{config['methods'].index(fit_entry(config))}].calibration_prompts"
+            yield (f"{where}: {', '.join(map(str, overlap))} "
                    + ("are also in prompts.select" if select is not None else "are study prompts (prompts.select "
                       "is null: every prompt)")
                    + ": the fit must come from held-out prompts, or it would be tested on its own data")
@@ -162,12 +161,6 @@ def local_source(source: str, basedir=".") -> str | None:
 
 def _slug(value) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", str(value))[:60] or "_"
-
-
-def calibration_select(config: dict) -> list[int]:
-    """Row indices of the held-out prompts that fit adaptive SR's model ([] when not used)."""
-    adaptive = config["sr"]["adaptive"]
-    return list(adaptive["calibration_prompts"] or []) if adaptive["deltas"] else []
 
 
 def prepared_select(config: dict) -> list[int] | None:
@@ -237,8 +230,8 @@ def pair_labels(config: dict, pair: dict) -> dict[str, str]:
 
 
 def bon_sources(config: dict, n: int) -> tuple[str, int]:
-    """How Bo-N is made: ('shards', k) merges shards 0..k-1; ('direct', n) is one run of N."""
-    shard = config["bon"]["shard_size"]
+    """How the reference's run of N is made: ('shards', k) merges shards 0..k-1; ('direct', n) is one run of N."""
+    shard = reference(config)["shard_size"]
     if shard and n >= shard:
         return "shards", n // shard
     return "direct", n
@@ -249,73 +242,23 @@ def calibration_fit_file(results: str, pair: str) -> str:
     return f"{results}/adaptive/{pair}/calibration_prefixes.parquet"
 
 
-def method_settings(config: dict) -> dict[tuple[str, str], dict]:
-    """{(method directory, setting name): {"spec", "params", "fit_param"}} of every run of the
-    method_run rule: SR at each of sr.alphas, each `methods:` entry at every combination of its
-    grid, then adaptive SR at each of sr.adaptive.deltas. The directory is the method's record
-    name (its `record_method`, else its name), the setting its `Method.setting_name`.
-    `fit_param`: the parameter that takes the pair's held-out fit (a file the workflow makes,
-    so also the job's input), or None."""
+def fit_label(entry: dict) -> str:
+    """The display name of the method that fits on held-out prompts (its `Display.name`, else its name)."""
     from specrej.methods import get_method
 
-    adaptive = config["sr"]["adaptive"]
-    entries = [{"name": BLOCK_METHODS["sr"], "grid": {"alpha": sorted(config["sr"]["alphas"])}},
-               *config.get("methods", [])]
-    if adaptive["deltas"]:
-        entries.append({"name": BLOCK_METHODS["sr.adaptive"],
-                        "grid": {"delta": sorted(adaptive["deltas"]), "alpha": [adaptive["fallback_alpha"]]},
-                        "fit_param": "fit" if calibration_select(config) else None})
-    runs = {}
-    for entry in entries:
-        method = get_method(entry["name"])
-        keys = list(entry.get("grid", {}))
-        directory = getattr(method, "record_method", None) or method.name
-        for values in itertools.product(*(entry["grid"][key] for key in keys)):
-            params = dict(zip(keys, values))
-            runs[(directory, method.setting_name(method.check(params)))] = {
-                "spec": entry["name"], "params": params, "fit_param": entry.get("fit_param")}
-    return runs
-
-
-def check_methods(config: dict):
-    """Yield one message per `methods:` problem: an unknown method or parameter, a value out of
-    range, a file parameter naming no file, a required parameter missing from the grid, a
-    combination the method's `requires` refuses (each naming ``methods[i].grid.key``)."""
-    from specrej.errors import SpecrejError
-    from specrej.methods import get_method
-
-    seen = {}
-    own_blocks = {BLOCK_METHODS[block]: block for block in ("bon", "sr.adaptive")}  # SR takes more settings here
-    for i, entry in enumerate(config.get("methods", [])):
-        try:
-            method = get_method(entry["name"])
-        except SpecrejError as error:
-            yield f"methods[{i}].name: {error}"
-            continue
-        if method.name in own_blocks:
-            yield f"methods[{i}].name: {method.name} has its own block ({own_blocks[method.name]})"
-            continue
-        grid = entry.get("grid", {})
-        problems = {f"methods[{i}].grid.{key}: {method._unknown(key)}": None  # an unknown key
-                    for key in grid if key not in {p.name for p in method.params}}
-        for values in [] if problems else itertools.product(*grid.values()):  # values, required keys, relations
-            try:
-                method.check(dict(zip(grid, values)), lambda name, i=i: f"methods[{i}].grid.{name}")
-            except SpecrejError as error:
-                problems[str(error)] = None
-        yield from problems
-        if method.name in seen:
-            yield f"methods[{i}].name: {method.name} is listed twice (methods[{seen[method.name]}]); merge the grids"
-        seen[method.name] = i
+    method = get_method(entry["name"])
+    return method.display.name if method.display else method.name
 
 
 def merged_runs(config: dict, results: str, pairs) -> list[str]:
-    """The per-pair run files the metrics read, in their tables' order: Bo-N for every N, every
-    setting of SR and the `methods:` entries, then adaptive SR's (each group pair by pair)."""
-    runs, settings = f"{results}/runs", method_settings(config)
-    adaptive = [key for key, run in settings.items() if run["spec"] == BLOCK_METHODS["sr.adaptive"]]
-    groups = [[key for key in settings if key not in adaptive], adaptive]
-    return [f"{runs}/{p}/bon/n{n}.jsonl" for p in pairs for n in sorted(config["bon"]["n"])] + [
+    """The per-pair run files the metrics read, in their tables' order: the reference's for every
+    N, every setting of the other entries, then those of the entry fitting on held-out prompts
+    (each group pair by pair)."""
+    runs, settings, ref = f"{results}/runs", method_settings(config), reference(config)
+    fitting = fit_entry(config)
+    fitted = [key for key, run in settings.items() if fitting and run["spec"] == fitting["name"]]
+    groups = [[key for key in settings if key not in fitted], fitted]
+    return [f"{runs}/{p}/{ref['directory']}/n{n}.jsonl" for p in pairs for n in ref["ladder"]] + [
         f"{runs}/{p}/{method}/{setting}.jsonl" for group in groups for p in pairs for method, setting in group]
 
 
@@ -330,7 +273,10 @@ class Plan:
         self.calibration_chunks = (plan_chunks(plan_prompts(config, calibration, basedir), size, "calibration")
                                    if calibration else {})
         self.all_chunks = {**self.chunks, **self.calibration_chunks}
-        self.adaptive_deltas = sorted(config["sr"]["adaptive"]["deltas"])
+        fitting = fit_entry(config)
+        self.adaptive_deltas = sorted(fitting["grid"].get("delta", [])) if fitting else []
+        self.fit_label = fit_label(fitting) if fitting else None
+        self.reference = reference(config)
         self.method_runs = method_settings(config)
         pairs = config["correlation"]["pairs"]
         self.correlation_pairs = list(self.pairs) if pairs is None else list(pairs)

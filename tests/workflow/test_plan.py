@@ -39,8 +39,9 @@ def raw_config(tmp_path):
         "rewards": {"logprob": {"model": "logprob"},
                     "rm": {"model": "rm-model", "label": "RM", "trust_remote_code": True}},
         "pairs": [{"generator": "g", "reward": "rm"}, {"generator": "g", "reward": "logprob"}],
-        "bon": {"n": [8, 4, 2], "shard_size": 4},
-        "sr": {"alphas": [0.5, 0.25], "adaptive": {"deltas": [0.2], "calibration_prompts": [2, 3]}},
+        "methods": [{"name": "bon", "grid": {"n": [8, 4, 2]}, "shard_size": 4},
+                    {"name": "sr", "grid": {"alpha": [0.5, 0.25]}},
+                    {"name": "sr-adaptive", "grid": {"delta": [0.2], "alpha": [0.5]}, "calibration_prompts": [2, 3]}],
     }
 
 
@@ -57,8 +58,8 @@ def config(raw_config):
 
 def test_validation_fills_the_schemas_defaults(config):
     assert config["sampling"] == {"max_new_tokens": 256, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "seed": 0}
-    assert config["sr"]["min_tokens"] == 8 and config["sr"]["max_init_batch"] == 1000
-    assert config["sr"]["adaptive"]["fallback_alpha"] == 0.5
+    assert config["methods"][1] == {"name": "sr", "grid": {"alpha": [0.5, 0.25]}, "shard_size": None,
+                                    "memory_budget": None, "calibration_prompts": None}
     assert config["rewards"]["logprob"] == {"model": "logprob", "dtype": None, "trust_remote_code": False,
                                             "batch_size": 16}
     assert config["correlation"]["n"] == 32 and config["evaluation"]["judge"] is None
@@ -76,15 +77,16 @@ def test_results_dir_is_named_once_whatever_its_spelling(raw_config):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda c: c["bon"].update(n=[8, "x"]), "invalid config: bon.n[1]: 'x' is not of type 'integer'"),
+    (lambda c: c["methods"][0].update(shard_size="x"),
+     "invalid config: methods[0].shard_size: 'x' is not of type 'integer', 'null'"),
     (lambda c: c.update(dtype="float16"), "invalid config: dtype: 'float16' is not one of 'auto', 'float32', "
                                           "'bfloat16'"),
-    (lambda c: c["bon"].update(memory_budget="lots"),
-     "invalid config: bon.memory_budget: 'lots' is not valid: expected a memory size such as 64MiB or 2GiB, "
+    (lambda c: c["methods"][0].update(memory_budget="lots"),
+     "invalid config: methods[0].memory_budget: 'lots' is not valid: expected a memory size such as 64MiB or 2GiB, "
      "or null for the engine's default"),
-    (lambda c: c["sr"].update(alfas=[0.5]),
-     "invalid config: sr: Additional properties are not allowed ('alfas' was unexpected) (allowed keys: "
-     "adaptive, alphas, batch_size, decision_tokens, max_init_batch, memory_budget, min_tokens)"),
+    (lambda c: c["methods"][1].update(alphas=[0.5]),
+     "invalid config: methods[1]: Additional properties are not allowed ('alphas' was unexpected) (allowed keys: "
+     "calibration_prompts, grid, memory_budget, name, shard_size)"),
     (lambda c: c.pop("pairs"), "invalid config: (top level): 'pairs' is a required property"),
     (lambda c: c.update(results_dir="my results"),
      "invalid config: results_dir: 'my results' is not valid: expected a folder without whitespace"),
@@ -102,13 +104,14 @@ def test_schema_problems_are_one_line_naming_the_key(raw_config, change, message
     (lambda c: c["pairs"].append({"generator": "h", "reward": "rm"}),
      "pairs[2].generator: 'h' is not defined under generators (defined: g)"),
     (lambda c: c["pairs"].append({"generator": "g", "reward": "rm"}), "pairs: a generator/reward pair is listed twice"),
-    (lambda c: c["bon"].update(n=[4, 6, 12]), "bon.n: 6 above bon.shard_size=4 must be multiples of it"),
-    (lambda c: c.update(correlation={"n": 10}), "correlation.n: 10 must be a multiple of bon.shard_size=4"),
+    (lambda c: c["methods"][0]["grid"].update(n=[4, 6, 12]),
+     "methods[0].grid.n: 6 above shard_size=4 must be multiples of it"),
+    (lambda c: c.update(correlation={"n": 10}), "correlation.n: 10 must be a multiple of the reference's shard_size=4"),
     (lambda c: c.update(figures={"figure2": {"pair": "g--x"}}), "figures.figure2.pair: 'g--x' is not a pair "
                                                                 "(pairs: g--rm, g--logprob)"),
     (lambda c: c.update(tables={"table1_reward": "nope"}), "tables.table1_reward: 'nope' is not defined under rewards"),
-    (lambda c: c["sr"]["adaptive"].update(calibration_prompts=[1, 2]),
-     "sr.adaptive.calibration_prompts: 1 are also in prompts.select: the fit must come from held-out prompts"),
+    (lambda c: c["methods"][2].update(calibration_prompts=[1, 2]),
+     "methods[2].calibration_prompts: 1 are also in prompts.select: the fit must come from held-out prompts"),
     (lambda c: c["prompts"].update(source="missing.json"), "prompts.source: file not found: missing.json"),
     (lambda c: c["prompts"].update(source="org/dataset", select=None),
      "prompts.source 'org/dataset' is a Hugging Face dataset: give prompts.select"),
@@ -143,8 +146,8 @@ def write_table_method(folder, monkeypatch):
      "prompts.source: prompt_folder is a folder, not a .json, .jsonl or .txt file"),
     (lambda c, tmp: c["prompts"].update(source="prompt_folder/missing.jsonl"),
      "prompts.source: file not found: prompt_folder/missing.jsonl"),
-    (lambda c, tmp: c.update(methods=[{"name": "python:table_method:TABLE", "grid": {"table": ["no/table.csv"]}}]),
-     "methods[0].grid.table: file not found: no/table.csv"),
+    (lambda c, tmp: c["methods"].append({"name": "python:table_method:TABLE", "grid": {"table": ["no/table.csv"]}}),
+     "methods[3].grid.table: file not found: no/table.csv"),
 ])
 def test_paths_are_checked_at_planning_one_line_naming_the_key(raw_config, tmp_path, monkeypatch, change, message):
     (tmp_path / "notes.md").write_text("a file\n")
@@ -163,14 +166,14 @@ def test_a_file_parameter_that_exists_passes(raw_config, tmp_path, monkeypatch):
     (tmp_path / "table.csv").write_text("score\n1\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    raw_config.update(methods=[{"name": "python:table_method:TABLE", "grid": {"table": ["table.csv"]}}],
-                      results_dir="fresh/results")  # a folder not made yet is fine
+    raw_config["methods"].append({"name": "python:table_method:TABLE", "grid": {"table": ["table.csv"]}})
+    raw_config.update(results_dir="fresh/results")  # a folder not made yet is fine
     plan.validate_config(raw_config, SCHEMA, basedir=tmp_path)
 
 
 def test_key_path():
     assert plan.key_path(["pairs", 0, "generator"]) == "pairs[0].generator"
-    assert plan.key_path(["bon", "n", 1]) == "bon.n[1]"
+    assert plan.key_path(["methods", 0, "grid", "n", 1]) == "methods[0].grid.n[1]"
     assert plan.key_path([]) == ""
 
 
@@ -247,19 +250,19 @@ def test_bon_sources(config):
     assert plan.bon_sources(config, 2) == ("direct", 2)
     assert plan.bon_sources(config, 4) == ("shards", 1)
     assert plan.bon_sources(config, 8) == ("shards", 2)
-    config["bon"]["shard_size"] = None
+    config["methods"][0]["shard_size"] = None
     assert plan.bon_sources(config, 8) == ("direct", 8)
 
 
 def test_merged_runs_in_order(config):
     assert plan.merged_runs(config, "results", ["g--rm"]) == [
         "results/runs/g--rm/bon/n2.jsonl", "results/runs/g--rm/bon/n4.jsonl", "results/runs/g--rm/bon/n8.jsonl",
-        "results/runs/g--rm/sr/alpha0.25.jsonl", "results/runs/g--rm/sr/alpha0.5.jsonl",
-        "results/runs/g--rm/sr/delta0.2.jsonl"]
-    # every pair's SR and `methods:` runs, then every pair's adaptive SR runs
+        "results/runs/g--rm/sr/alpha0.5.jsonl", "results/runs/g--rm/sr/alpha0.25.jsonl",
+        "results/runs/g--rm/sr/delta0.2.jsonl"]  # the reference's ladder by N, the rest in the config's order
+    # every pair's runs of the other entries, then every pair's runs of the entry fitting on held-out prompts
     assert plan.merged_runs(config, "results", ["g--rm", "g--logprob"])[6:] == [
-        "results/runs/g--rm/sr/alpha0.25.jsonl", "results/runs/g--rm/sr/alpha0.5.jsonl",
-        "results/runs/g--logprob/sr/alpha0.25.jsonl", "results/runs/g--logprob/sr/alpha0.5.jsonl",
+        "results/runs/g--rm/sr/alpha0.5.jsonl", "results/runs/g--rm/sr/alpha0.25.jsonl",
+        "results/runs/g--logprob/sr/alpha0.5.jsonl", "results/runs/g--logprob/sr/alpha0.25.jsonl",
         "results/runs/g--rm/sr/delta0.2.jsonl", "results/runs/g--logprob/sr/delta0.2.jsonl"]
 
 
@@ -282,31 +285,38 @@ def test_bon_args_shard(config):
 
 
 def test_method_args_adaptive_sr(config):
-    """Adaptive SR is a method_run setting: the sr block's schedule, its delta and fallback alpha,
-    and the pair's held-out fit (added per pair by common.smk's method_run_args)."""
-    config["sr"].update(batch_size=64, decision_tokens=[8, 16])
+    """Adaptive SR is a method_run setting: its entry's grid (a schedule of its own, its delta and
+    fallback alpha), the pair's held-out fit (added per pair by common.smk's method_run_args) and
+    its entry's memory budget over the top-level one."""
+    config["methods"][2]["grid"].update(batch_size=[64], decision_tokens=[[8, 16]])
+    config["methods"][2]["memory_budget"] = "64MiB"
     config["memory_budget"] = "27MiB"
     run = plan.method_settings(config)[("sr", "delta0.2")]
-    assert run == {"spec": "sr-adaptive", "params": {"delta": 0.2, "alpha": 0.5}, "fit_param": "fit"}
+    assert run == {"spec": "sr-adaptive", "params": {"delta": 0.2, "alpha": 0.5, "batch_size": 64,
+                                                     "decision_tokens": [8, 16]},
+                   "fit_param": "fit", "memory_budget": "64MiB"}
     fit = plan.calibration_fit_file("results", "g--logprob")
-    assert job_options.method_args(config, config["pairs"][1], run["spec"], {**run["params"], "fit": fit}) == (
+    assert job_options.method_args(config, config["pairs"][1], run["spec"], {**run["params"], "fit": fit},
+                                   run["memory_budget"]) == (
         "--model gen-model --reward logprob --method sr-adaptive --max-new-tokens 256 --temperature 1.0 --top-p 1.0 "
         "--top-k 0 --seed 0 --device auto --dtype auto --reward-batch-size 16 --no-progress --exit-zero "
-        "--param batch_size=64 --param min_tokens=8 --param max_init_batch=1000 --param decision_tokens=8,16 "
-        "--param delta=0.2 --param alpha=0.5 --param fit=results/adaptive/g--logprob/calibration_prefixes.parquet "
-        "--memory-budget 27MiB")
-    config["sr"]["adaptive"]["calibration_prompts"] = None  # the online fit: no fit file
+        "--param delta=0.2 --param alpha=0.5 --param batch_size=64 --param decision_tokens=8,16 "
+        "--param fit=results/adaptive/g--logprob/calibration_prefixes.parquet --memory-budget 64MiB")
+    config["methods"][2]["calibration_prompts"] = None  # the online fit: no fit file
     assert plan.method_settings(config)[("sr", "delta0.2")]["fit_param"] is None
 
 
 def test_bon_args_batch_is_capped_at_n_and_budgets_override(config):
-    config["bon"].update(batch_size=16, memory_budget="1GiB")
+    config["methods"][0]["grid"]["batch_size"] = [16]
+    config["methods"][0]["memory_budget"] = "1GiB"
     config["memory_budget"] = "27MiB"
     config["generators"]["g"]["dtype"] = "bfloat16"
     config["sampling"]["temperature"] = 0.7
     args = job_options.bon_args(config, config["pairs"][1], n=4)
-    assert args.endswith("--n 4 --batch-size 4 --memory-budget 1GiB")
+    assert args.endswith("--n 4 --param batch_size=4 --memory-budget 1GiB")
     assert "--temperature 0.7 " in args and "--dtype bfloat16 " in args
+    assert job_options.method_args(config, config["pairs"][1], "sr", {"alpha": 0.5}).endswith(
+        "--param alpha=0.5 --memory-budget 27MiB")  # the reference's budget is its own
 
 
 def test_engine_args_pass_a_prompt_format_other_than_auto(config):
@@ -344,11 +354,12 @@ def test_engine_options_parse_with_the_engines_own_parser(config):
     from specrej.cli.main import build_parser
 
     parser = build_parser()
-    config["bon"].update(batch_size=16)
-    config["sr"].update(decision_tokens=[8], memory_budget="64MiB")
+    config["methods"][0]["grid"]["batch_size"] = [16]
+    config["methods"][1]["grid"]["decision_tokens"] = [[8]]
+    config["methods"][1]["memory_budget"] = "64MiB"
     config["generators"]["g"]["prompt_format"] = "chat"
     jobs = [job_options.bon_args(config, pair, n=8, seed_offset=2) for pair in config["pairs"]] + [
-        job_options.method_args(config, pair, run["spec"], run["params"])
+        job_options.method_args(config, pair, run["spec"], run["params"], run["memory_budget"])
         for pair in config["pairs"] for run in plan.method_settings(config).values()]
     for args in jobs:
         parsed = parser.parse_args(["generate", *shlex.split(args), "--prompts", "p.jsonl", "--out", "o.jsonl"])
@@ -487,20 +498,20 @@ def test_the_message_of_failed_jobs_says_how_to_resume(tmp_path, monkeypatch):
     assert messages.failure_message([], "make study").startswith("specrej: the workflow stopped before any job failed")
 
 
-def test_method_settings_sr_alphas_then_the_methods_grids_then_adaptive_sr(config):
-    config["methods"] = [{"name": "sr-random", "grid": {"alpha": [0.7, 0.5], "min_tokens": [4]}}]
+def test_method_settings_in_the_entries_order_the_entry_fitting_on_held_out_prompts_last(config):
+    config["methods"].insert(2, {"name": "sr-random", "grid": {"alpha": [0.7, 0.5], "min_tokens": [4]}})
+    config["methods"][1]["grid"]["batch_size"] = [64]
     runs = plan.method_settings(config)
-    assert list(runs) == [("sr", "alpha0.25"), ("sr", "alpha0.5"), ("sr-random", "alpha0.7"), ("sr-random", "alpha0.5"),
+    assert list(runs) == [("sr", "alpha0.5"), ("sr", "alpha0.25"), ("sr-random", "alpha0.7"), ("sr-random", "alpha0.5"),
                           ("sr", "delta0.2")]  # adaptive SR's records say "sr": its run files sit beside SR's
     assert runs[("sr-random", "alpha0.7")] == {"spec": "sr-random", "params": {"alpha": 0.7, "min_tokens": 4},
-                                               "fit_param": None}
-    config["sr"].update(batch_size=64, decision_tokens=[8, 16], memory_budget="64MiB")
+                                               "fit_param": None, "memory_budget": None}
+    # no entry takes another's settings: SR's batch size is SR's alone
+    assert runs[("sr", "alpha0.5")]["params"] == {"alpha": 0.5, "batch_size": 64}
     args = shlex.split(job_options.method_args(config, config["pairs"][1], "sr-random", {"alpha": 0.7, "min_tokens": 4}))
     assert args[args.index("--method") + 1] == "sr-random"
     params = [args[i + 1] for i, a in enumerate(args) if a == "--param"]
-    # the sr block's schedule (batch size, decision tokens, max_init_batch), the grid's min_tokens over it
-    assert params == ["batch_size=64", "min_tokens=4", "max_init_batch=1000", "decision_tokens=8,16", "alpha=0.7"]
-    assert args[args.index("--memory-budget") + 1] == "64MiB"
+    assert params == ["alpha=0.7", "min_tokens=4"] and "--memory-budget" not in args
     from specrej.cli.main import build_parser
 
     parsed = build_parser().parse_args(["generate", *args, "--prompts", "p.json", "--out", "o.jsonl"])
@@ -518,21 +529,24 @@ def test_setting_names_keep_a_key_apart_from_its_value_when_the_key_ends_in_a_di
 
 
 @pytest.mark.parametrize("methods, message", [
-    ([{"name": "beam"}], "methods[0].name: unknown method 'beam'"),
-    ([{"name": "sr-random", "grid": {"alpha": [0.5, 1.5]}}], "methods[0].grid.alpha must be in [0, 1), got 1.5"),
+    ([{"name": "beam"}], "methods[1].name: unknown method 'beam'"),
+    ([{"name": "sr-random", "grid": {"alpha": [0.5, 1.5]}}], "methods[1].grid.alpha must be in [0, 1), got 1.5"),
     # a required parameter the grid leaves out: named by its config key, as every other problem
     ([{"name": "st-bon", "grid": {"n": [8]}}, {"name": "deepconf", "grid": {"eta": [0.1]}}],
-     "invalid config: methods[1].grid.n is required for DeepConf"),
+     "invalid config: methods[2].grid.n is required for DeepConf"),
     # values valid alone that the method refuses together (DeepConf: n_init <= n)
-    ([{"name": "deepconf", "grid": {"n": [8, 32], "n_init": [16]}}], "invalid config: methods[0].grid: "),
+    ([{"name": "deepconf", "grid": {"n": [8, 32], "n_init": [16]}}], "invalid config: methods[1].grid: "),
     ([{"name": "sr-random", "grid": {"beam": [2]}}],
-     "methods[0].grid.beam: sr-random (random-halting SR, the control) takes no parameter 'beam'"),
-    ([{"name": "bon", "grid": {"n": [4]}}], "methods[0].name: bon has its own block (bon)"),
-    ([{"name": "sr-adaptive", "grid": {"delta": [0.1]}}], "methods[0].name: sr-adaptive has its own block (sr.adaptive)"),
-    ([{"name": "sr-random"}, {"name": "sr-random"}], "methods[1].name: sr-random is listed twice"),
+     "methods[1].grid.beam: sr-random (random-halting SR, the control) takes no parameter 'beam'"),
+    ([{"name": "sr-random"}, {"name": "sr-random"}], "methods[2].name: sr-random is listed twice"),
+    ([{"name": "sr", "grid": {"alpha": [0.5]}, "shard_size": 4}],
+     "methods[1].shard_size: only the reference method's entry has shards (sr is not the reference)"),
+    ([{"name": "sr-random", "grid": {"alpha": [0.5]}, "calibration_prompts": [2]}],
+     "methods[1].calibration_prompts: sr-random declares no single file parameter to take the held-out fit"),
+    ([{"name": "bon", "grid": {"n": [4]}}], "methods: methods[0], methods[1] are each a reference method; keep one"),
 ])
 def test_methods_entries_are_checked_against_their_declarations(raw_config, methods, message):
-    raw_config["methods"] = methods
+    raw_config["methods"] = raw_config["methods"][:1] + methods
     with pytest.raises(plan.ConfigError) as error:
         plan.validate_config(raw_config, SCHEMA)
     assert message in str(error.value) and "\n" not in str(error.value)
@@ -609,19 +623,45 @@ def test_method_code_is_its_modules_content_or_the_installed_version(tmp_path, m
     assert job_options.method_code("sr-random") == f"specrej {importlib.metadata.version('specrej')}"
 
 
-def test_the_sr_blocks_schedule_and_budget_go_only_to_methods_that_run_srs_schedule(config):
-    """sr.batch_size and sr.memory_budget are SR's: random-halting SR (SR's schedule) takes them;
-    DeepConf, whose batch_size is its own parameter, and ST-BoN keep the device's budget and their
-    own defaults (a user who sets sr.batch_size does not change DeepConf's batch)."""
-    config["sr"].update(batch_size=64, min_tokens=4, memory_budget="64MiB")
+def test_an_entrys_settings_are_its_own(config):
+    """SR's batch size and memory budget are SR's entry's: random-halting SR runs SR's schedule only
+    with the values its own entry gives, and DeepConf, whose batch_size is its own parameter, keeps
+    its default and the device's budget (a user who sets SR's batch does not change DeepConf's)."""
+    config["methods"][1]["grid"].update(batch_size=[64], min_tokens=[4])
+    config["methods"][1]["memory_budget"] = "64MiB"
+    config["methods"] += [{"name": "sr-random", "grid": {"alpha": [0.5]}}, {"name": "deepconf", "grid": {"n": [32]}}]
     config["memory_budget"] = "27MiB"
+    runs = plan.method_settings(config)
 
-    def options(spec, params):
-        args = shlex.split(job_options.method_args(config, config["pairs"][1], spec, params))
+    def options(key):
+        run = runs[key]
+        args = shlex.split(job_options.method_args(config, config["pairs"][1], run["spec"], run["params"],
+                                                   run["memory_budget"]))
         return [args[i + 1] for i, a in enumerate(args) if a == "--param"], args[args.index("--memory-budget") + 1]
 
-    assert options("sr-random", {"alpha": 0.5}) == (
-        ["batch_size=64", "min_tokens=4", "max_init_batch=1000", "alpha=0.5"], "64MiB")
-    assert options("deepconf", {"n": 32}) == (["n=32"], "27MiB")
-    assert options("deepconf", {"n": 32, "batch_size": 8}) == (["n=32", "batch_size=8"], "27MiB")  # its grid's own
-    assert options("st-bon", {"n": 32}) == (["n=32"], "27MiB")
+    assert options(("sr", "alpha0.5")) == (["alpha=0.5", "batch_size=64", "min_tokens=4"], "64MiB")
+    assert options(("sr-random", "alpha0.5")) == (["alpha=0.5"], "27MiB")
+    assert options(("deepconf", "n32-eta0.9")) == (["n=32"], "27MiB")
+
+
+def test_the_retired_bon_and_sr_blocks_are_refused_with_the_entries_that_say_the_same(raw_config):
+    raw_config.pop("methods")
+    raw_config["bon"] = {"n": [16, 32], "shard_size": 16}
+    raw_config["sr"] = {"alphas": [0.5], "min_tokens": 8, "max_init_batch": 128,
+                        "adaptive": {"deltas": [0.05], "calibration_prompts": [2, 3]}}
+    with pytest.raises(plan.ConfigError) as error:
+        plan.validate_config(raw_config, SCHEMA)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("invalid config: bon: and sr: are no longer read")
+    assert ("{name: bon, grid: {n: [16, 32]}, shard_size: 16}; "
+            "{name: sr, grid: {alpha: [0.5], min_tokens: [8], max_init_batch: [128]}}; "
+            "{name: sr-adaptive, grid: {delta: [0.05], alpha: [0.5], min_tokens: [8], max_init_batch: [128]}, "
+            "calibration_prompts: [2, 3]}") in message
+    # the entries it shows are a valid config that plans the same runs
+    raw_config.pop("bon"), raw_config.pop("sr")
+    raw_config["methods"] = [{"name": "bon", "grid": {"n": [16, 32]}, "shard_size": 16},
+                             {"name": "sr", "grid": {"alpha": [0.5], "min_tokens": [8], "max_init_batch": [128]}},
+                             {"name": "sr-adaptive", "grid": {"delta": [0.05], "alpha": [0.5], "min_tokens": [8],
+                                                              "max_init_batch": [128]}, "calibration_prompts": [2, 3]}]
+    plan.validate_config(raw_config, SCHEMA)
+    assert list(plan.method_settings(raw_config)) == [("sr", "alpha0.5"), ("sr", "delta0.05")]

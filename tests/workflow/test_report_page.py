@@ -33,9 +33,9 @@ BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stab
 SMALL = """
 pairs: [{generator: tiny, reward: logprob}]
 prompts: {source: tests/workflow/prompts.json, select: [0, 1], chunk_size: 2}
-bon: {n: [2, 4], shard_size: null, batch_size: null, memory_budget: null}
-sr: {alphas: [0.5], batch_size: 8, memory_budget: 5MB, min_tokens: 4, decision_tokens: [],
-     adaptive: {deltas: [], calibration_prompts: [3, 4], fallback_alpha: 0.5}}
+methods:
+  - {name: bon, grid: {n: [2, 4]}}
+  - {name: sr, grid: {alpha: [0.5], batch_size: [8], min_tokens: [4], max_init_batch: [128]}, memory_budget: 5MB}
 correlation: {pairs: null, n: 4, decision_tokens: [2, 4], alphas: [0.5], confidence_level: 0.95, n_resamples: 50}
 tables: {table1_reward: logprob, table2_reward: logprob, improvement_normalization: bon_min_range}
 """

@@ -124,7 +124,7 @@ def test_a_method_without_a_declared_rate_is_timed_at_the_fallback(tmp_path, mon
         "M = dataclasses.replace(get_method('sr-random'), name='rateless')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     config = merged_config()
-    config["methods"] = [{"name": "python:rateless:M", "grid": {"alpha": [0.5]}}]
+    config["methods"] = config["methods"][:1] + [{"name": "python:rateless:M", "grid": {"alpha": [0.5]}}]
     jobs = plan.Plan(config, ROOT)
     from specrej.methods import get_method
 

@@ -46,6 +46,15 @@ def job_counts(output: str) -> dict[str, int]:
     return counts
 
 
+def methods_overlay(*entries, without: str | None = None) -> str:
+    """A --configfile that adds `entries` to the tiny config's methods (a list in a config file
+    replaces the one before it whole, so the overlay repeats the tiny config's), less `without`."""
+    import yaml
+
+    tiny = yaml.safe_load(TINY_CONFIG.read_text())["methods"]
+    return yaml.safe_dump({"methods": [e for e in tiny if e["name"] != without] + list(entries)})
+
+
 @pytest.mark.parametrize("configfile, expected", [
     # 24 prompts in 1 chunk: 8 shards of Bo16 (the ladder Bo16..Bo128, nested), 3 alphas; the
     # correlation study scores Best-of-N's own responses (no generation of its own); the
@@ -113,22 +122,26 @@ def test_paper_config_is_the_papers_setting(tmp_path):
     rms = {r["model"]: r.get("trust_remote_code", False) for r in paper["rewards"].values()}
     assert rms == {"weqweasdas/RM-Mistral-7B": False, "sfairXC/FsfairX-LLaMA3-RM-v0.1": False,
                    "RLHFlow/ArmoRM-Llama3-8B-v0.1": True, "logprob": False}
-    assert paper["bon"]["n"] == [120 * 2**i for i in range(6)] and paper["bon"]["shard_size"] == 120
-    assert paper["sr"]["alphas"] == [round(0.1 * i, 1) for i in range(1, 10)]
+    bon, sr = paper["methods"]
+    assert bon["name"] == "bon" and bon["grid"]["n"] == [120 * 2**i for i in range(6)] and bon["shard_size"] == 120
+    assert sr["name"] == "sr" and sr["grid"]["alpha"] == [round(0.1 * i, 1) for i in range(1, 10)]
     # the default config's pair must not leak into the paper's plan (--configfile is merged)
     result = snakemake("-n", "--cores", "1", "--configfile", ROOT / "config/paper.yaml", cwd=tmp_path)
     assert result.returncode == 0 and "smollm2" not in result.stdout
 
 
 @pytest.mark.parametrize("config, message", [
-    ("bon:\n  n: [8, 'x']\n", "invalid config: bon.n[1]: 'x' is not of type 'integer'"),
+    ("bon:\n  n: [8, 16]\n", "invalid config: bon: is no longer read: every method is a methods: entry"),
     ("sampling:\n  max_new_tokenz: 3\n", "invalid config: sampling: Additional properties are not allowed "
                                          "('max_new_tokenz' was unexpected)"),
-    ("sr:\n  alphas: [0.5, 1.0]\n", "invalid config: sr.alphas[1]: 1.0 is greater than or equal to the maximum of 1"),
-    ("sr:\n  memory_budget: lots\n", "invalid config: sr.memory_budget: 'lots' is not valid: expected a memory size"),
+    ("methods:\n  - {name: bon, grid: {n: [8]}}\n  - {name: sr, grid: {alpha: [0.5, 1.0]}}\n",
+     "invalid config: methods[1].grid.alpha must be in [0, 1), got 1.0"),
+    ("methods:\n  - {name: bon, grid: {n: [8]}, memory_budget: lots}\n",
+     "invalid config: methods[0].memory_budget: 'lots' is not valid: expected a memory size"),
     ("pairs:\n  - {generator: nope, reward: logprob}\n",
      "invalid config: pairs[0].generator: 'nope' is not defined under generators"),
-    ("bon:\n  n: [8, 48]\n  shard_size: 32\n", "invalid config: bon.n: 48 above bon.shard_size=32 must be multiples"),
+    ("methods:\n  - {name: bon, grid: {n: [8, 48]}, shard_size: 32}\n",
+     "invalid config: methods[0].grid.n: 48 above shard_size=32 must be multiples"),
     ("prompts:\n  source: no/such/prompts.json\n", "invalid config: prompts.source: file not found"),
     # results_dir naming a file (here the config file itself): one line, not NotADirectoryError
     ("results_dir: bad.yaml\n", "invalid config: results_dir: bad.yaml is a file, not a folder"),
@@ -226,7 +239,7 @@ def test_tiny_run_from_an_empty_cache_survives_a_kill_and_produces_every_output(
     # a method from outside the project: one file of the test's own, named in a config
     (tmp_path / "outside_method.py").write_text(OUTSIDE_METHOD)
     methods = tmp_path / "methods.yaml"
-    methods.write_text("methods:\n  - {name: 'python:outside_method:PREFIX_TOP_K', grid: {n: [6]}}\n")
+    methods.write_text(methods_overlay({"name": "python:outside_method:PREFIX_TOP_K", "grid": {"n": [6]}}))
     env = {**os.environ, "SPECREJ_CACHE": str(tmp_path / "cache"),
            "PYTHONPATH": os.pathsep.join([str(TESTS), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     args = ["--cores", "2", "--configfile", TINY_CONFIG, methods]
@@ -372,8 +385,8 @@ def test_an_edited_outside_method_reruns_its_jobs(tmp_path):
     module = tmp_path / "outside_method.py"
     module.write_text(OUTSIDE_METHOD)
     methods = tmp_path / "methods.yaml"
-    methods.write_text("methods:\n  - {name: 'python:outside_method:PREFIX_TOP_K', grid: {n: [6]}}\n"
-                       "sr: {adaptive: {deltas: []}}\n")
+    methods.write_text(methods_overlay({"name": "python:outside_method:PREFIX_TOP_K", "grid": {"n": [6]}},
+                                       without="sr-adaptive"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     sys.path.insert(0, str(tmp_path))
     try:

@@ -1,5 +1,5 @@
 # Adaptive rejection (paper §6, specrej/methods/adaptive_cut.py): the partial/final fit from held-out prompts
-# (sr.adaptive.calibration_prompts: their Best-of-N shards scored at the correlation study's
+# (the entry's calibration_prompts: their Best-of-N shards scored at the correlation study's
 # decision tokens), and the best response's survival against fixed α at equal tokens on the
 # correlation study's responses. The adaptive SR runs themselves are method_run jobs (decode.smk).
 

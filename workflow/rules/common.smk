@@ -31,7 +31,7 @@ def setup_plan(config):
     (after the config is validated); RESULTS, the folder every output goes to (`results_dir`)."""
     global PLAN, RESULTS, PAIRS, CHUNKS, CALIBRATION_CHUNKS, ALL_CHUNKS, ADAPTIVE_DELTAS, PROMPT_FILE, MODELS
     global CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS, FIGURE2_PAIR, FIGURE4_PAIRS, ANALYSIS_RESOURCES
-    global METHOD_RUNS, METHOD_DIRS, METHOD_SETTINGS
+    global METHOD_RUNS, METHOD_DIRS, METHOD_SETTINGS, REFERENCE_DIR
     try:
         PLAN = jobs = plan.Plan(config, workflow.basedir)
     except plan.ConfigError as error:
@@ -42,7 +42,8 @@ def setup_plan(config):
     CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS = jobs.correlation_pairs, jobs.table1_pairs, jobs.table2_pairs
     FIGURE2_PAIR, FIGURE4_PAIRS = jobs.figure2_pair, jobs.figure4_pairs
     MODELS = plan.study_models(config)  # {name: spec}: one fetch job each
-    METHOD_RUNS = jobs.method_runs  # {(method, setting): {spec, params, fit_param}}: the method_run jobs
+    REFERENCE_DIR = jobs.reference["directory"]  # the reference's run files: runs/<pair>/<it>/n<N>.jsonl
+    METHOD_RUNS = jobs.method_runs  # {(method, setting): {spec, params, fit_param, memory_budget}}: the method_run jobs
     METHOD_DIRS = "|".join(sorted({re.escape(m) for m, _ in METHOD_RUNS}))
     METHOD_SETTINGS = "|".join(sorted({re.escape(s) for _, s in METHOD_RUNS}))
     PROMPT_FILE = plan.local_source(config["prompts"]["source"], workflow.basedir)  # None: a dataset
@@ -108,8 +109,8 @@ def bon_files(pair, n, chunks):
     """The Best-of-N files that make Bo-n of `chunks`: a direct run, or shards 0..n/shard_size-1."""
     kind, count = plan.bon_sources(config, n)
     if kind == "direct":
-        return [f"{RESULTS}/runs/{pair}/bon/n{count}/{chunk}.jsonl" for chunk in chunks]
-    return [f"{RESULTS}/runs/{pair}/bon/shard{k}/{chunk}.jsonl" for chunk in chunks for k in range(count)]
+        return [f"{RESULTS}/runs/{pair}/{REFERENCE_DIR}/n{count}/{chunk}.jsonl" for chunk in chunks]
+    return [f"{RESULTS}/runs/{pair}/{REFERENCE_DIR}/shard{k}/{chunk}.jsonl" for chunk in chunks for k in range(count)]
 
 
 def bon_chunk_inputs(wildcards):
@@ -197,7 +198,8 @@ def method_run_args(wildcards):
     """params.args of a method_run job (job_options.method_args), the fit file among its params."""
     run = method_run(wildcards)
     fit = {run["fit_param"]: calibration_fit(wildcards.pair)[0]} if run["fit_param"] else {}
-    return job_options.method_args(config, PAIRS[wildcards.pair], run["spec"], {**run["params"], **fit})
+    return job_options.method_args(config, PAIRS[wildcards.pair], run["spec"], {**run["params"], **fit},
+                                   run["memory_budget"])
 
 
 def prefix_args(wildcards):

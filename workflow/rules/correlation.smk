@@ -1,6 +1,6 @@
 # Do partial rewards predict final rewards? (paper §4) Prefix scores per chunk of prompts,
 # statistics per (prompt, tau) per pair, and the bootstrap summary across prompts. The
-# responses are Best-of-N's own (its first correlation.n / bon.shard_size shards): one large
+# responses are Best-of-N's own (its first correlation.n / shard_size shards): one large
 # run, subsampled, rather than a second generation of the same distribution.
 
 

@@ -1,19 +1,19 @@
-# Best-of-N and every other method, one job per (pair, chunk of prompts) and per shard or
+# Every method of the `methods:` entries, one job per (pair, chunk of prompts) and per shard or
 # setting, then one merged run file per setting: results/runs/<pair>/bon/n<N>.jsonl (the reference
-# ladder) and results/runs/<pair>/<method>/<setting>.jsonl (SR's alphas: sr/alpha<A>; adaptive
-# SR's deltas: sr/delta<D>; the `methods:` entries). Every generation job runs scripts/generate.py:
-# `specrej generate` with its params.args (job_options.bon_args, job_options.method_args).
+# entry's ladder: Best-of-N) and results/runs/<pair>/<method>/<setting>.jsonl (e.g. sr/alpha0.5).
+# Every generation job runs scripts/generate.py: `specrej generate` with its params.args
+# (job_options.bon_args, job_options.method_args).
 
 
 rule bon_shard:
-    """One shard of bon.shard_size responses with its own seed (seed + k): the paper's one GPU job."""
+    """One shard of the reference entry's shard_size responses with its own seed (seed + k): the paper's one GPU job."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
         models=pair_model_files,
     output:
-        f"{RESULTS}/runs/{{pair}}/bon/shard{{k}}/{{chunk}}.jsonl",
+        f"{RESULTS}/runs/{{pair}}/{REFERENCE_DIR}/shard{{k}}/{{chunk}}.jsonl",
     params:
-        **bon_params(n=lambda wildcards: config["bon"]["shard_size"], seed_offset=lambda wildcards: int(wildcards.k)),
+        **bon_params(n=lambda wildcards: PLAN.reference["shard_size"], seed_offset=lambda wildcards: int(wildcards.k)),
     log:
         f"{RESULTS}/logs/bon_shard/{{pair}}/shard{{k}}/{{chunk}}.log",
     benchmark:
@@ -33,7 +33,7 @@ rule bon_direct:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
         models=pair_model_files,
     output:
-        f"{RESULTS}/runs/{{pair}}/bon/n{{n}}/{{chunk}}.jsonl",
+        f"{RESULTS}/runs/{{pair}}/{REFERENCE_DIR}/n{{n}}/{{chunk}}.jsonl",
     params:
         **bon_params(n=lambda wildcards: int(wildcards.n)),
     log:
@@ -54,7 +54,7 @@ rule merge_bon:
     input:
         bon_chunk_inputs,
     output:
-        f"{RESULTS}/runs/{{pair}}/bon/n{{n}}.jsonl",
+        f"{RESULTS}/runs/{{pair}}/{REFERENCE_DIR}/n{{n}}.jsonl",
     params:
         shards=bon_shards,
     log:
@@ -70,10 +70,9 @@ rule merge_bon:
 
 
 rule method_run:
-    """One setting of a method on one chunk of prompts: SR at an alpha (sr.alphas), adaptive SR at
-    a delta (sr.adaptive.deltas, with its held-out fit), or a setting of a `methods:` entry (the
-    random-halting control, a method from outside the project ...). One rule serves every method,
-    so adding one needs no rule and no profile edit."""
+    """One setting of a `methods:` entry on one chunk of prompts (SR at an alpha, adaptive SR at a
+    delta with its held-out fit, the random-halting control, a method from outside the project ...).
+    One rule serves every method, so adding one needs no rule and no profile edit."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
         models=pair_model_files,
