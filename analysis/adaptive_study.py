@@ -24,9 +24,8 @@ from dataclasses import asdict
 import numpy as np
 import pandas as pd
 
-from analysis._columns import require_columns
+from analysis._columns import require_columns, rows_where
 from analysis.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, bootstrap_weights, percentile_interval
-from analysis.metrics import rows_where
 from analysis.settings import setting_params
 from specrej.methods.adaptive_cut import PartialFit, adaptive_accepted, interpolate_fit
 from specrej.methods.cuts import accepted

@@ -193,13 +193,13 @@ def tokens_saved_fraction(
 
 
 def best_survives(partial: np.ndarray, final: np.ndarray, alpha: float) -> bool:
-    """Whether the cut of eq. 4-5 on partial scores keeps a candidate with the best final score.
+    """Whether the cut of eq. 4-5 on partial scores accepts a candidate with the best final score.
 
     The rule is the engine's own (`specrej.methods.cuts.accepted`): every candidate scoring at or
     above r_cut goes on, ties included, so both give the same set on the same scores.
     """
-    kept = np.asarray(accepted(list(partial), alpha))
-    return bool(np.any(kept & (final == np.max(final))))
+    accept = np.asarray(accepted(list(partial), alpha))
+    return bool(np.any(accept & (final == np.max(final))))
 
 
 def summarize_by_tau(

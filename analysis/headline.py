@@ -5,7 +5,7 @@ it saves.
 Inputs are the workflow's analysis tables:
 
 - ``summary``: ``analysis.metrics.method_summary`` output (one row per pair and configuration);
-- ``bon_equivalent``: ``analysis.metrics.bon_equivalent_compute`` output (every non-BoN
+- ``bon_equivalent``: ``analysis.bon_curve.bon_equivalent_compute`` output (every non-BoN
   configuration, located on its pair's Best-of-N curve, with bootstrap intervals);
 - ``runs``: the runs frame of ``analysis.io.best_responses_frame`` (one row per run and
   prompt), for the tokens each method generated (``tokens_generated``, ``init_batch_size``,
@@ -30,7 +30,7 @@ import pandas as pd
 
 from analysis._columns import require_columns
 from analysis.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, bootstrap_weights, percentile_interval
-from analysis.metrics import interpolate_log_compute
+from analysis.bon_curve import interpolate_log_compute
 from analysis.settings import configuration_order, distinct_labels, with_display
 from analysis.tables import format_ratio
 

@@ -63,11 +63,6 @@ class Table:
 Block = Heading | Paragraph | Bullets | Table
 
 
-def plain(spans: Text) -> str:
-    """The text without its markup."""
-    return "".join(span if isinstance(span, str) else span.text for span in spans)
-
-
 def to_markdown(blocks: Iterable[Block]) -> str:
     """The page as GitHub-flavoured Markdown, one blank line between blocks."""
     return "\n\n".join(_markdown_block(block) for block in blocks) + "\n"

@@ -2,8 +2,8 @@
 per pair the table of every setting of every method, a statement of each method's best setting
 (the paper's SR first, then the others by strength: ``method_order``), the tokens saved, adaptive SR against fixed α, and the notes a reader needs.  Built once by
 ``headline_page``, written as Markdown (``results/summary.md``, ``render_headline_markdown``) and
-as reStructuredText on the report's front page (``analysis.report_page``).  Formatting only:
-every number comes from the inputs.
+as reStructuredText on the report's front page (``analysis.report_page``).  Formatting only
+(numbers and cells: ``analysis.summary_format``): every number comes from the inputs.
 """
 
 import math
@@ -14,6 +14,8 @@ import pandas as pd
 from analysis.adaptive_study import ADAPTIVE, FIXED_ALPHA
 from analysis.headline import PAIR
 from analysis.page import Block, Bullets, Code, Heading, Paragraph, Strong, Table, Text, text, to_markdown
+from analysis.summary_format import (bullets, display_name, joined, maybe, percent, score_text, signed, table,
+                                     where_on_curve, whole, with_ci)
 from analysis.tables import MISSING, NO_RESPONSE, format_ratio
 
 
@@ -67,11 +69,11 @@ def headline_page(
             mine = savings[savings[PAIR] == pair]
             for method in [m for m in order if m in set(mine["method"])]:
                 blocks.append(Paragraph(_token_line(mine[mine["method"] == method].reset_index(drop=True))))
-        blocks.append(_bullets(_pair_notes(rows, score_name)))
+        blocks.append(bullets(_pair_notes(rows, score_name)))
         if (rows["method"] == ADAPTIVE).any():
             blocks += _adaptive_section(rows, *(_of_pair(frame, pair) for frame in (adaptive, survival, fits)))
     blocks += [Heading(2, text("Notes")),
-               _bullets(_global_notes(headline, savings, normalization, correlation_resamples))]
+               bullets(_global_notes(headline, savings, normalization, correlation_resamples))]
     return blocks
 
 
@@ -93,10 +95,6 @@ def method_order(rows: pd.DataFrame) -> list[str]:
     return sorted(dict.fromkeys(rows["method"]), key=strength)
 
 
-def _bullets(notes: list[str]) -> Bullets:
-    return Bullets(tuple(text(note) for note in notes))
-
-
 # --------------------------------------------------------------------------------------
 # render_headline_markdown
 # --------------------------------------------------------------------------------------
@@ -105,36 +103,37 @@ def _bullets(notes: list[str]) -> Bullets:
 def _statement(rows: pd.DataFrame, score_name: str) -> Text:
     """One method's paragraph: its best setting against Best-of-N."""
     bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
-    name = _name(rows.iloc[0])
+    name = display_name(rows.iloc[0])
     bests = rows[rows["best"]]
     if bests.empty:
         return text(f"No setting of {name} has a finite score on this pair: nothing to compare.")
     best = bests.iloc[0]
-    score = text(Strong(str(best["method_label"])), f" scores {_with_ci(best, 'improvement', _score)} "
-                 f"({score_name}; {bon_min} = {_score(best['bon_min_improvement'])}) at "
-                 f"{_with_ci(best, 'relative_compute', format_ratio, '×')} {bon_min}'s compute{_flops(best)}")
+    score = text(Strong(str(best["method_label"])), f" scores {with_ci(best, 'improvement', score_text)} "
+                 f"({score_name}; {bon_min} = {score_text(best['bon_min_improvement'])}) at "
+                 f"{with_ci(best, 'relative_compute', format_ratio, '×')} {bon_min}'s compute{_flops(best)}")
     if best["in_range"]:
         speedup = best["compute_speedup"]
-        saving = (f"{_with_ci(best, 'compute_speedup', format_ratio, '×')} less compute at equal score"
+        saving = (f"{with_ci(best, 'compute_speedup', format_ratio, '×')} less compute at equal score"
                   if speedup >= 1 else
-                  f"a speedup of only {_with_ci(best, 'compute_speedup', format_ratio, '×')} at equal score: "
+                  f"a speedup of only {with_ci(best, 'compute_speedup', format_ratio, '×')} at equal score: "
                   "Best-of-N reaches this score with less compute")
-        equivalent_n = "Bo" + _with_ci(best, "equivalent_n", _n)
-        statement = text(score, f"; Best-of-N needs ≈ {_with_ci(best, 'bon_equivalent_compute', format_ratio, '×')} "
+        equivalent_n = "Bo" + with_ci(best, "equivalent_n", whole)
+        statement = text(score, f"; Best-of-N needs ≈ {with_ci(best, 'bon_equivalent_compute', format_ratio, '×')} "
                                 f"{bon_min}'s compute to match it (≈ {equivalent_n}): {saving}.")
         if np.isfinite(best["bon_equivalent_in_range_frac"]):
             statement = text(statement, f" It lands inside the Best-of-N curve in "
-                                        f"{_percent(best['bon_equivalent_in_range_frac'])} of the bootstrap resamples.")
+                                        f"{percent(best['bon_equivalent_in_range_frac'])} of the bootstrap resamples.")
         higher = rows[~rows["in_range"] & (rows["improvement"] > best["improvement"])]
         if not higher.empty:
-            statement = text(statement, " ", _join(higher["method_label"]),
+            statement = text(statement, " ", joined(higher["method_label"]),
                              f" {'scores' if len(higher) == 1 else 'score'} higher but outside the measured Best-of-N "
                              "range, so no speedup at equal score is measured for "
                              f"{'it' if len(higher) == 1 else 'them'} (see the table and notes).")
         return statement
     opening = text(f"No setting of {name} lands inside the measured Best-of-N curve ({bon_min} = "
-                   f"{_score(best['bon_min_improvement'])} to {bon_max} = {_score(best['bon_max_improvement'])}). Its "
-                   "highest-scoring: ", score, f", {_where(best, bon_min, bon_max)}")
+                   f"{score_text(best['bon_min_improvement'])} to {bon_max} = "
+                   f"{score_text(best['bon_max_improvement'])}). Its "
+                   "highest-scoring: ", score, f", {where_on_curve(best, bon_min, bon_max)}")
     if best["bon_equivalent_status"] == "below_range":
         return text(opening, ".")
     return text(opening, f", so no measured Best-of-N matches it. {_extrapolation(best)}")
@@ -145,7 +144,7 @@ def _flops(row: pd.Series) -> str:
     value = row.get("relative_flops", math.nan)
     if not np.isfinite(value):
         return ""
-    return f" ({_with_ci(row, 'relative_flops', format_ratio, '×')} its FLOPs)"
+    return f" ({with_ci(row, 'relative_flops', format_ratio, '×')} its FLOPs)"
 
 
 def _of_pair(frame: pd.DataFrame | None, pair: str) -> pd.DataFrame:
@@ -168,15 +167,15 @@ def _adaptive_section(rows: pd.DataFrame, against: pd.DataFrame, survival: pd.Da
     items = []
     best = rows[rows["best"] & (rows["method"] == FIXED_ALPHA)]
     for _, row in rows[rows["method"] == ADAPTIVE].iterrows():
-        sentence = (f": {_with_ci(row, 'improvement', _score)} at "
-                    f"{_with_ci(row, 'relative_compute', format_ratio, '×')} compute; speedup at equal score "
-                    + (_with_ci(row, "compute_speedup", format_ratio, "×") if row["in_range"] else
-                       f"not measured ({_where(row, 'Bo-N_min', 'the largest Best-of-N')})"))
+        sentence = (f": {with_ci(row, 'improvement', score_text)} at "
+                    f"{with_ci(row, 'relative_compute', format_ratio, '×')} compute; speedup at equal score "
+                    + (with_ci(row, "compute_speedup", format_ratio, "×") if row["in_range"] else
+                       f"not measured ({where_on_curve(row, 'Bo-N_min', 'the largest Best-of-N')})"))
         if not best.empty:
             sentence += (f" (best fixed α, {best['method_label'].iloc[0]}: "
-                         f"{_with_ci(best.iloc[0], 'improvement', _score)} at "
-                         f"{_with_ci(best.iloc[0], 'relative_compute', format_ratio, '×')}, "
-                         f"{_with_ci(best.iloc[0], 'compute_speedup', format_ratio, '×')})")
+                         f"{with_ci(best.iloc[0], 'improvement', score_text)} at "
+                         f"{with_ci(best.iloc[0], 'relative_compute', format_ratio, '×')}, "
+                         f"{with_ci(best.iloc[0], 'compute_speedup', format_ratio, '×')})")
         mine = against[against["method_label"] == row["method_label"]] if not against.empty else against
         if not mine.empty:
             sentence += ". " + _against_sentence(mine.iloc[0])
@@ -191,17 +190,17 @@ def _adaptive_section(rows: pd.DataFrame, against: pd.DataFrame, survival: pd.Da
                              f"{f['margin_per_z']:.3f}" for _, f in fits.iterrows())
         fit = (f"Fit (final on partial reward, within prompts; {int(fits['prompts'].max())} held-out prompts, "
                f"not the study's): {fit_text}.")
-        blocks.append(_bullets([fit]))
+        blocks.append(bullets([fit]))
     return blocks
 
 
 def _against_sentence(row: pd.Series) -> str:
     if row["status"] == "inside":
-        interval = (f" [{_signed(row['gap_lo'])}, {_signed(row['gap_hi'])}], inside the fixed-α range in "
-                    f"{_percent(row['in_range_frac'])} of the resamples" if np.isfinite(row["gap_lo"]) else "")
+        interval = (f" [{signed(row['gap_lo'])}, {signed(row['gap_hi'])}], inside the fixed-α range in "
+                    f"{percent(row['in_range_frac'])} of the resamples" if np.isfinite(row["gap_lo"]) else "")
         side = "above" if row["gap"] > 0 else "below"
-        return (f"At its compute the fixed-α curve scores {_score(row['fixed_alpha_improvement'])}: adaptive is "
-                f"{side} it by {_signed(row['gap'])}{interval}")
+        return (f"At its compute the fixed-α curve scores {score_text(row['fixed_alpha_improvement'])}: adaptive is "
+                f"{side} it by {signed(row['gap'])}{interval}")
     where = "cheaper than" if row["status"] == "below_range" else "dearer than"
     text = f"It is {where} every fixed α, so no fixed-α score at equal compute is measured"
     if row["dominated_by"]:
@@ -215,39 +214,15 @@ def _survival_table(survival: pd.DataFrame) -> Table:
     cells = []
     for _, row in survival.iterrows():
         cells.append({
-            "τ": _n(row["tau"]), "δ": f"{row['delta']:g}",
-            "rows kept (adaptive)": f"{_percent(row['adaptive_kept_frac'])} ({_percent(row['adaptive_kept_frac_min'])}"
-                                    f"–{_percent(row['adaptive_kept_frac_max'])})",
+            "τ": whole(row["tau"]), "δ": f"{row['delta']:g}",
+            "rows kept (adaptive)": f"{percent(row['adaptive_kept_frac'])} ({percent(row['adaptive_kept_frac_min'])}"
+                                    f"–{percent(row['adaptive_kept_frac_max'])})",
             "equal α": f"{row['equal_alpha']:.2f}",
-            "best kept: adaptive": _with_ci(row, "adaptive_best_survives", _percent),
-            "best kept: fixed α": _with_ci(row, "fixed_best_survives", _percent),
-            "difference (points)": _with_ci(row, "survives_difference", lambda v: _signed(100 * v)),
+            "best kept: adaptive": with_ci(row, "adaptive_best_survives", percent),
+            "best kept: fixed α": with_ci(row, "fixed_best_survives", percent),
+            "difference (points)": with_ci(row, "survives_difference", lambda v: signed(100 * v)),
         })
-    return _table("τ", cells)
-
-
-def _signed(value: float) -> str:
-    return MISSING if not np.isfinite(value) else f"{value:+.1f}"
-
-
-def _join(labels: pd.Series) -> Text:
-    strong = [Strong(str(label)) for label in labels]
-    parts: list = []
-    for label in strong[:-1]:
-        parts += [label, ", "]
-    return text(*parts[:-1], " and " if parts else "", strong[-1])
-
-
-def _where(row: pd.Series, bon_min: str, bon_max: str) -> str:
-    status = row["bon_equivalent_status"]
-    if status == "above_range":
-        return f"above the largest Best-of-N ({bon_max} = {_score(row['bon_max_improvement'])})"
-    if status == "below_range":
-        return f"below {bon_min} ({_score(row['bon_min_improvement'])}), the cheapest Best-of-N"
-    if status == "interpolated":
-        return "inside the Best-of-N range"
-    return {"no_curve": "not located: the Best-of-N curve has no usable point",
-            "no_score": "not located: its score is undefined"}.get(status, f"not located ({status})")
+    return table("τ", cells)
 
 
 def _extrapolation(row: pd.Series) -> str:
@@ -257,7 +232,7 @@ def _extrapolation(row: pd.Series) -> str:
         return "The Best-of-N curve does not rise at that end, so no extrapolation is given."
     return (f"Extending the end segment of the Best-of-N curve (extrapolated, not measured): "
             f"≈ {format_ratio(compute)}× Bo{int(row['bon_min_n'])}'s compute "
-            f"(≈ Bo{_n(row['equivalent_n_extrapolated'])}), "
+            f"(≈ Bo{whole(row['equivalent_n_extrapolated'])}), "
             f"a speedup of ≈ {format_ratio(row['compute_speedup_extrapolated'])}× (extrapolated).")
 
 
@@ -271,67 +246,61 @@ def _settings_table(rows: pd.DataFrame, silent: pd.DataFrame | None = None) -> T
         extrapolated = "(extrapolated) "
         cells.append({
             "Setting": label,
-            "score": _with_ci(row, "improvement", _score),
-            f"compute (× {bon_min})": _with_ci(row, "relative_compute", format_ratio),
-            **({f"FLOPs (× {bon_min})": _with_ci(row, "relative_flops", format_ratio)} if flops else {}),
+            "score": with_ci(row, "improvement", score_text),
+            f"compute (× {bon_min})": with_ci(row, "relative_compute", format_ratio),
+            **({f"FLOPs (× {bon_min})": with_ci(row, "relative_flops", format_ratio)} if flops else {}),
             f"BoN-equivalent compute (× {bon_min})": (
-                _with_ci(row, "bon_equivalent_compute", format_ratio) if inside
-                else _maybe(extrapolated, row["bon_equivalent_compute_extrapolated"], format_ratio)),
+                with_ci(row, "bon_equivalent_compute", format_ratio) if inside
+                else maybe(extrapolated, row["bon_equivalent_compute_extrapolated"], format_ratio)),
             "≈ Best-of-N": (
-                "Bo" + _with_ci(row, "equivalent_n", _n) if inside else f"below {bon_min}" if below
-                else _maybe(extrapolated + "Bo", row["equivalent_n_extrapolated"], _n)),
+                "Bo" + with_ci(row, "equivalent_n", whole) if inside else f"below {bon_min}" if below
+                else maybe(extrapolated + "Bo", row["equivalent_n_extrapolated"], whole)),
             "speedup at equal score": (
-                _with_ci(row, "compute_speedup", format_ratio) if inside
-                else _maybe(extrapolated, row["compute_speedup_extrapolated"], format_ratio)),
-            "in range (resamples)": _percent(row["bon_equivalent_in_range_frac"]),
+                with_ci(row, "compute_speedup", format_ratio) if inside
+                else maybe(extrapolated, row["compute_speedup_extrapolated"], format_ratio)),
+            "in range (resamples)": percent(row["bon_equivalent_in_range_frac"]),
             "where": {"interpolated": "inside", "above_range": f"above {bon_max}",
                       "below_range": f"below {bon_min}"}.get(row["bon_equivalent_status"],
                                                              row["bon_equivalent_status"]),
         })
     for label in ([] if silent is None or silent.empty else silent["method_label"]):
         cells.append({column: MISSING for column in cells[0]} | {"Setting": str(label), "score": NO_RESPONSE})
-    return _table("Setting", cells)
-
-
-def _table(index: str, cells: list[dict]) -> Table:
-    """A ``Table`` of rows given as {column: text or str}, ``index`` the first column."""
-    columns = [index, *(column for column in cells[0] if column != index)] if cells else [index]
-    return Table(tuple(columns), tuple(tuple(text(row[column]) if isinstance(row[column], str) else row[column]
-                                             for column in columns) for row in cells))
+    return table("Setting", cells)
 
 
 def _token_line(savings: pd.DataFrame) -> Text:
     """The tokens one method saved on a pair, beside the oracle bound."""
     first = savings.iloc[0]
-    name = _name(first)
+    name = display_name(first)
     token = first["first_decision_token"]
     low, high = first["first_decision_token_min"], first["first_decision_token_max"]
     if not np.isfinite(token):
         decision = f"{name}'s first decision token was not recorded"
     else:
-        spread = f"; tokens {_n(low)}–{_n(high)} across prompts" if low != high else ""
+        spread = f"; tokens {whole(low)}–{whole(high)} across prompts" if low != high else ""
         origin = "" if first["decision_token_source"] == "rounds" else ", taken as min_tokens: rounds not recorded"
-        decision = (f"{name}'s first rejection comes at token {_n(token)} (b_init = {_n(first['init_batch_size'])}, "
-                    f"min_tokens = {_n(first['min_tokens'])}{spread}{origin})")
+        decision = (f"{name}'s first rejection comes at token {whole(token)} "
+                    f"(b_init = {whole(first['init_batch_size'])}, "
+                    f"min_tokens = {whole(first['min_tokens'])}{spread}{origin})")
     if not first["correlation_taus"]:
         oracle = "no correlation study covers this pair, so there is no oracle bound"
     elif not np.isfinite(first["oracle_tau"]):
         oracle = "no oracle bound (no decision token to match)"
     else:
         bound = (f"an oracle that stops there every candidate that will not end best saves "
-                 f"{_with_ci(first, 'oracle_tokens_saved_frac', _percent)} of the generated tokens "
-                 f"(correlation study, {_n(first['oracle_n_prompts'])} prompts)")
+                 f"{with_ci(first, 'oracle_tokens_saved_frac', percent)} of the generated tokens "
+                 f"(correlation study, {whole(first['oracle_n_prompts'])} prompts)")
         if first["oracle_tau_exact"]:
             oracle = bound
         else:
-            oracle = (f"the correlation study did not score τ = {_n(token)} (its τ: {first['correlation_taus']}); "
-                      f"at the nearest, τ = {_n(first['oracle_tau'])}, "
+            oracle = (f"the correlation study did not score τ = {whole(token)} (its τ: {first['correlation_taus']}); "
+                      f"at the nearest, τ = {whole(first['oracle_tau'])}, "
                       + bound.replace("stops there", "stops at that τ"))
     actual = "; ".join(
-        f"{row['method_label']} {_with_ci(row, 'tokens_saved_frac', _percent)}" for _, row in savings.iterrows())
+        f"{row['method_label']} {with_ci(row, 'tokens_saved_frac', percent)}" for _, row in savings.iterrows())
     return text(Strong(f"Tokens ({name})."), f" {decision}; {oracle}. {name} saved, of the tokens "
-            f"Best-of-{_n(first['init_batch_size'])} would generate running every candidate to completion on the "
-            f"same prompt (mean response length from Bo{_n(first['reference_bon_n'])}'s candidates; "
+            f"Best-of-{whole(first['init_batch_size'])} would generate running every candidate to completion on the "
+            f"same prompt (mean response length from Bo{whole(first['reference_bon_n'])}'s candidates; "
             f"{int(first['n_prompts'])} prompts): {actual}.")
 
 
@@ -348,7 +317,7 @@ def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
         notes.append(f"Zero-spread prompts ({bon_min}'s rewards all equal, so no {score_name} score; left out "
                      f"of the scores): {zero.replace(',', ', ')}.")
     for _, row in rows[~rows["in_range"]].iterrows():
-        where = _where(row, bon_min, bon_max)
+        where = where_on_curve(row, bon_min, bon_max)
         extrapolated = ("no Best-of-N is cheaper than the cheapest, so it has no Best-of-N equivalent"
                         if row["bon_equivalent_status"] == "below_range" else
                         f"its Best-of-N equivalent is extrapolated (marked \"(extrapolated)\"): "
@@ -358,7 +327,7 @@ def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
         notes.append(f"Out of range: {row['method_label']} scores {where}; {extrapolated}.")
     for _, row in rows[rows["in_range"] & (rows["bon_equivalent_in_range_frac"] < 1)].iterrows():
         notes.append(f"{row['method_label']} falls outside the Best-of-N curve in "
-                     f"{_percent(1 - row['bon_equivalent_in_range_frac'])} of the resamples; there its BoN-equivalent "
+                     f"{percent(1 - row['bon_equivalent_in_range_frac'])} of the resamples; there its BoN-equivalent "
                      f"is censored at the curve's end ({bon_max}'s compute above it, {bon_min}'s below), so a limit "
                      "marked ≥ (≤) is a bound, not an estimate.")
     notes.append(f"≈ Bo-N is BoN-equivalent compute × {int(first['bon_min_n'])} (N of {bon_min}), which assumes "
@@ -368,7 +337,7 @@ def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
         by_score, by_compute = best["equivalent_n_by_score"], best["equivalent_n"]
         if np.isfinite(by_score) and abs(by_score / by_compute - 1) > 0.1:
             notes.append(f"Read on the N axis instead (no compute assumption), {best['method_label']} "
-                         f"matches ≈ Bo{_n(by_score)}, not Bo{_n(by_compute)}: Best-of-N's compute is not "
+                         f"matches ≈ Bo{whole(by_score)}, not Bo{whole(by_compute)}: Best-of-N's compute is not "
                          "proportional to N here, and the compute figures are the measured ones.")
     return notes
 
@@ -411,48 +380,3 @@ def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normaliz
                   "both are shares of the tokens of generating every candidate to completion.")
         notes.append(oracle)
     return notes
-
-
-# --------------------------------------------------------------------------------------
-# formatting
-# --------------------------------------------------------------------------------------
-
-
-def _name(row: pd.Series) -> str:
-    """A method's display name: its ``method_name``, else its ``method``."""
-    name = row.get("method_name")
-    return str(name) if isinstance(name, str) and name else str(row["method"])
-
-
-def _score(value: float) -> str:
-    if not np.isfinite(value):
-        return MISSING
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
-
-
-def _percent(value: float) -> str:
-    """A share as a whole percentage; one that rounds to zero reads "0%", never "-0%"."""
-    return MISSING if not np.isfinite(value) else f"{round(100 * value) + 0:.0f}%"
-
-
-def _n(value: float) -> str:
-    return MISSING if not np.isfinite(value) else f"{round(value)}"
-
-
-def _maybe(prefix: str, value: float, formatter) -> str:
-    return MISSING if not np.isfinite(value) else prefix + formatter(value)
-
-
-def _with_ci(row: pd.Series, column: str, formatter, unit: str = "") -> str:
-    """"value<unit> [lo, hi]" from ``column``, ``column_lo``, ``column_hi`` (no brackets without
-    an interval), e.g. "1.9× [1.7, 2.1]". A limit that is only a bound, because resamples beyond
-    the Best-of-N curve were censored at its ends, reads "≥ hi" or "≤ lo"."""
-    value, low, high = row[column], row.get(column + "_lo", math.nan), row.get(column + "_hi", math.nan)
-    if not np.isfinite(value):
-        return MISSING
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return formatter(value) + unit
-    censored = column in ("compute_speedup", "bon_equivalent_compute", "equivalent_n")
-    at_most = "≤ " if censored and row.get("compute_speedup_lo_is_bound", False) else ""
-    at_least = "≥ " if censored and row.get("compute_speedup_hi_is_bound", False) else ""
-    return f"{formatter(value)}{unit} [{at_most}{formatter(low)}, {at_least}{formatter(high)}]"

@@ -55,7 +55,7 @@ def test_decode_matches_hf_and_prune_keeps_survivors_exact(generator_dir):
                                atol=ATOL, rtol=0)
     # ...and so do the next tokens, decoded from the compacted cache and after a re-layout
     rollout.step()
-    rollout.grow(48)
+    rollout.relayout(48)
     for _ in range(3):
         rollout.step()
     assert rollout.cache.max_len == 48
@@ -268,18 +268,18 @@ def test_detokenize_skips_special_tokens(engine):
     assert engine.detokenize(ids) == engine.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
 
-def test_decode_n_tokens_stops_at_a_decision_token_and_when_the_capacity_is_reached(engine):
+def test_decode_rollout_stops_at_a_decision_token_and_when_the_capacity_is_reached(engine):
     from specrej.engine.budget import TokenBudget
-    from specrej.engine.decoding import decode_n_tokens
+    from specrej.engine.decoding import decode_rollout
 
     engine.stop_token_ids, stop_ids = torch.tensor([-1]), engine.stop_token_ids  # no row finishes early
     try:
         _, rollout = new_rollout(engine, rows=4, max_len=4, max_new_tokens=10)
-        assert decode_n_tokens(rollout, TokenBudget(4 * 10), stop_at={3}) == []
+        assert decode_rollout(rollout, TokenBudget(4 * 10), stop_at={3}) == []
         assert rollout.length == 3 and rollout.cache.max_len == 4
-        assert decode_n_tokens(rollout, TokenBudget(4 * 6)) == []  # full at 4 tokens: grows to 6 each, then stops
+        assert decode_rollout(rollout, TokenBudget(4 * 6)) == []  # full at 4 tokens: re-laid out to 6 each, then stops
         assert rollout.length == 6 and rollout.cache.max_len == 6 and rollout.num_rows == 4
-        finished = decode_n_tokens(rollout, TokenBudget(4 * 10))
+        finished = decode_rollout(rollout, TokenBudget(4 * 10))
         assert rollout.num_rows == 0 and sorted(f.candidate_id for f in finished) == [0, 1, 2, 3]
         assert all(len(f.token_ids) == 10 and not f.stopped for f in finished)
     finally:

@@ -154,7 +154,7 @@ def test_decode_matches_transformers_past_the_window_and_after_pruning(model_dir
     assert rollout.num_rows == rollout.cache.rows == 3
     assert_matches_hf(engine, prompt_ids, rollout)
     rollout.step()
-    rollout.grow(24)  # a re-layout of the compacted cache
+    rollout.relayout(24)  # a re-layout of the compacted cache
     for _ in range(4):
         rollout.step()
     assert rollout.cache.max_len == 24 and rollout.length == 15

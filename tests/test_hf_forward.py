@@ -89,7 +89,7 @@ def test_fallback_pruned_rows_continue_as_a_fresh_forward_would(fallback_engine)
     assert sorted(o.candidate_id for o in rollout.halt(halted)) == sorted(halted)
     assert rollout.num_rows == rollout.cache.rows == 3
     assert_matches_hf(engine, prompt_ids, rollout)
-    rollout.grow(40)  # no physical re-layout: bookkeeping only
+    rollout.relayout(40)  # no physical re-layout: bookkeeping only
     assert rollout.cache.max_len == 40
     # rows finishing on a frequent token are pruned at the step they finish
     logits = engine.forward.logits(rollout.hidden)

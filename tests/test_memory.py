@@ -73,14 +73,14 @@ def test_best_of_n_in_several_batches_holds_one_batch(small_chunk_engine):
 
 def test_speculative_rejection_with_many_rounds_and_a_relayout(small_chunk_engine, monkeypatch):
     engine = small_chunk_engine
-    grown = []
-    grow = Rollout.grow
-    monkeypatch.setattr(Rollout, "grow", lambda self, max_len: (grown.append(max_len), grow(self, max_len)))
+    relaid = []
+    relayout = Rollout.relayout
+    monkeypatch.setattr(Rollout, "relayout", lambda self, max_len: (relaid.append(max_len), relayout(self, max_len)))
     sampling = SamplingParams(max_new_tokens=48)
     budget = budget_for(engine, 600)
     result = speculative_rejection(engine, load_reward("python:toy_rewards:letter_e"), PROMPT, alpha=0.5,
                                    memory_budget=budget, sampling=sampling, min_tokens=4)
-    assert len(result.rounds) >= 3 and grown, "the budget must force several decisions and a re-layout"
+    assert len(result.rounds) >= 3 and relaid, "the budget must force several decisions and a re-layout"
     assert_within(result, budget, engine)
 
 

@@ -9,7 +9,7 @@ What is compiled, and why that and not the whole step (as gpt-fast does):
   shrinking as it halts rows does not recompile.
 - Attention stays eager: its key length grows by one every step, and this engine attends to the
   shared prompt KV and each row's own KV as slices, not as a full-length masked cache. A dynamic
-  length over the whole step is what took over 14 minutes to compile on this 2-core CPU.
+  length over the whole step takes over 14 minutes to compile on a 2-core CPU.
 - Prefill and sampling stay eager (one call per prompt; the sampler's random draw takes a
   `torch.Generator`, which a graph would break on).
 - Inductor on a CPU and on CUDA alike; no CUDA graphs: a CUDA graph replays into the same output
@@ -41,10 +41,10 @@ def resolve_compile(setting: str, fast_path: bool, device: torch.device) -> bool
     """Whether the decode step runs compiled: --compile `setting` for a model on `device`, whose
     forward pass is the engine's own (`fast_path`) or the fallback (never compiled).
 
-    auto: eager on every device today. On this project's CPU the compiled step was measured no
-    faster in a study job once its compile is paid (docs/results.md, "A compiled decode step");
-    on CUDA it has not been measured yet (`make gpu-check` measures it where a GPU is lent), and
-    auto does not assume what was not measured."""
+    auto: eager on every device. On this project's CPU the compiled step was measured no faster
+    in a study job once its compile is paid (docs/results.md, "A compiled decode step"); on CUDA
+    no measurement backs it (`make gpu-check` measures it where a GPU is lent), and auto does not
+    assume what was not measured."""
     from ..errors import SpecrejError, shown
 
     if setting not in COMPILE_SETTINGS:

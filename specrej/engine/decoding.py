@@ -1,6 +1,10 @@
 """The decode loop, gpt-fast style: `prefill`, `decode_one_token`, `sample` (with `sample_next`, the
-draw, and the log-probs), `decode_n_tokens` as free functions over explicit tensors, and
-`Rollout`, the per-row scheduler they drive.
+draw, and the log-probs), `decode_rollout` (a rollout stepped as far as it goes) as free
+functions over explicit tensors, and `Rollout`, the per-row scheduler they drive.
+
+A row's room is the tokens its cache holds (`RowCache.max_len`): `Rollout.needs_room` says the next
+step would write past it, `Rollout.relayout` lays the cache out again with more, and `make_room`
+does that when the budget allows.
 
 The prompt is prefilled once and its KV shared by every row; rows decode in lock-step, and
 finished or halted rows are pruned out of the cache and all per-row state in place (no
@@ -241,7 +245,7 @@ class Rollout:
     step's rows as they sampled, finished ones included, and with `top_k_logprobs` their k largest
     log-probs [rows, k]), `layer_states` and `collect_layer_states` (set it False to stop collecting).
 
-    Not for methods (the session drives them): `step`, `partial_outputs`, `halt`, `grow`,
+    Not for methods (the session drives them): `step`, `partial_outputs`, `halt`, `relayout`,
     `release`, `released`, `model`, `params`, `generator`, `stop_token_ids`, `sample_chunk_rows`,
     `decode_chunk_bytes`, `cache`, `hidden`, `tokens_generated`, `tokens_fed`,
     `positions_attended`, `top_k_logprobs`.
@@ -326,7 +330,7 @@ class Rollout:
         halted = torch.isin(self.candidate_ids, torch.tensor(list(candidate_ids), device=self.model.device))
         return self._remove(halted, None)
 
-    def grow(self, max_len: int) -> None:
+    def relayout(self, max_len: int) -> None:
         """Re-lay the cache out with room for `max_len` tokens per row."""
         self.cache.relayout(max_len)
 
@@ -367,17 +371,20 @@ def make_room(rollout: Rollout, budget: TokenBudget) -> bool:
         return True
     if not budget.fits(rollout.num_rows, rollout.length + 1):
         return False
-    rollout.grow(budget.row_length(rollout.num_rows, rollout.params.max_new_tokens))
+    rollout.relayout(budget.row_length(rollout.num_rows, rollout.params.max_new_tokens))
     return True
 
 
-def decode_n_tokens(rollout: Rollout, budget: TokenBudget, stop_at: Container[int] = frozenset()) -> list[RowOutput]:
+def decode_rollout(rollout: Rollout, budget: TokenBudget, stop_at: Container[int] = frozenset()) -> list[RowOutput]:
     """Step `rollout` until every row is complete, the next token would not fit `budget`, or its
     length reaches one in `stop_at`; returns the rows that finished (stop token or max_new_tokens)."""
     finished: list[RowOutput] = []
     while rollout.num_rows and rollout.length not in stop_at and make_room(rollout, budget):
         finished += rollout.step()
     return finished
+
+
+decode_n_tokens = decode_rollout  # the name methods/session.py imports until it imports decode_rollout
 
 
 def _compact(buffer: torch.Tensor, order: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
 Where things are (gpt-fast's layout): the forward pass in `llama.py` (Llama, Mistral, Qwen2, Qwen3) and `gemma3.py` (Gemma 3); any
 other causal LM goes through its own forward and cache, `hf_forward.py`), the static KV cache in
 `cache.py`, the sampling settings in `sampling.py`, and `prefill` / `decode_one_token` / `sample` /
-`decode_n_tokens` with the per-row scheduler `Rollout` in `decoding.py` (which knows nothing of the
+`decode_rollout` with the per-row scheduler `Rollout` in `decoding.py` (which knows nothing of the
 engine). `Engine` ties one model to them: it encodes prompts and detokenizes responses, knows the
 stop tokens, decides how many rows go through the model at once, which bounds the memory a run
 takes beside its KV budget, and makes the `Rollout`s that run with all of that (`Engine.rollout`).

@@ -1,8 +1,8 @@
 """Decoding methods behind one interface: each module holds one method's algorithm and its
-declaration (`base.Method`), and runs a prompt through a `session.Session`. Built in: Best-of-N
-(`bon`), Speculative Rejection (`sr`), SR with the adaptive cut (`sr-adaptive`), the
-random-halting control (`sr-random`), ST-BoN (`st-bon`); any method from outside the project as
-python:module:attribute. Torch-free at import (the workflow reads declarations)."""
+declaration (`base.Method`), and runs a prompt through a `session.Session`. Built in: the method
+of every module here that declares one (it registers itself at import; `built_in()` lists them by
+name); any method from outside the project as python:module:attribute. Torch-free at import
+(the workflow reads declarations)."""
 
 from ..records.result import Round
 from .base import Display, Method, Param, Params, canonical, file_digest, settings_digest

@@ -10,7 +10,7 @@ where the level a_p depends on the prompt (reward levels differ by prompt) but t
 residual spread σ_τ are shared, so they transfer from a prefix study to new prompts. Within one
 prompt the level cancels from every comparison, so the rule needs only b_τ and σ_τ.
 
-Rule (``adaptive_accepted``). With z the one-sided (1 - δ') normal quantile, keep row i iff its
+Rule (``adaptive_accepted``). With z the one-sided (1 - δ') normal quantile, accept row i iff its
 optimistic projection reaches the best row's pessimistic one:
 
     b s_i + z σ >= b s_max - z σ    ⇔    s_i >= s_max - 2 z σ / b      (b > 0).
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 CORRECTIONS = ("none", "bonferroni")
-SOURCES = ("fit", "interpolated", "online")
 # Fewer paired points than this leave no residual degrees of freedom worth the name.
 MIN_POINTS = 3
 
@@ -174,7 +173,7 @@ def online_fit(previous: Sequence[float], current: Sequence[float], tau: int) ->
 
 
 def check_delta(delta: float) -> None:
-    """δ = 0 keeps everything (Best-of-N); δ = 0.5 gives z = 0 (keep only ties with the best);
+    """δ = 0 accepts every row (Best-of-N); δ = 0.5 gives z = 0 (accept only ties with the best);
     above 0.5 the margin turns negative and would halt the best row itself."""
     if not 0 <= delta <= 0.5:
         raise SpecrejError(f"delta must be in [0, 0.5], got {delta}")
@@ -190,12 +189,12 @@ def adaptive_accepted(scores: Sequence[float], fit: PartialFit | None, delta: fl
                       fallback_alpha: float | None = None) -> tuple[list[bool], dict]:
     """Which rows of one round go on, and the record of why.
 
-    Keep row i iff ``s_i >= s_max - 2 z sigma / slope``, z the (1 - δ') normal quantile, δ' = δ
+    Accept row i iff ``s_i >= s_max - 2 z sigma / slope``, z the (1 - δ') normal quantile, δ' = δ
     with ``correction="none"`` and δ / (n - 1) with ``"bonferroni"`` (n rows, so n - 1 comparisons
     with the best). The best row and its ties always go on. A fit that cannot rank rows (slope
-    <= 0 or not finite, sigma not finite) keeps every row. With no fit (``fit=None``) the round
+    <= 0 or not finite, sigma not finite) accepts every row. With no fit (``fit=None``) the round
     falls back to the fixed-α cut of eq. 4-5 with `fallback_alpha`, and the record says so.
-    δ = 0 keeps every row (Best-of-N), even with sigma = 0. Non-finite scores count as -inf, as
+    δ = 0 accepts every row (Best-of-N), even with sigma = 0. Non-finite scores count as -inf, as
     in the engine (a NaN or +inf score is a broken reward, not a winner).
 
     What is guaranteed, and only under the model of this module (final reward linear in partial
@@ -242,7 +241,7 @@ def adaptive_accepted(scores: Sequence[float], fit: PartialFit | None, delta: fl
 
 
 class AdaptiveCut:
-    """`adaptive_accepted` as the engine's rejection rule (`selection.Cut`).
+    """`adaptive_accepted` as the engine's rejection rule (`cuts.Cut`).
 
     With `fits` (per decision token, e.g. ``fit_from_prefix_table`` of the pair's correlation
     study) each round uses the fit at its token (``interpolate_fit``). Without, it estimates one
@@ -262,10 +261,10 @@ class AdaptiveCut:
         else:
             pairs = [(self.previous[i], s) for i, s in zip(ids, scores) if i in self.previous]
             fit = online_fit([p for p, _ in pairs], [c for _, c in pairs], tau) if pairs else None
-        keep, record = adaptive_accepted(scores, fit, self.delta, correction=self.correction,
-                                         fallback_alpha=self.fallback_alpha)
+        accept, record = adaptive_accepted(scores, fit, self.delta, correction=self.correction,
+                                           fallback_alpha=self.fallback_alpha)
         self.previous = dict(zip(ids, scores))
-        return keep, record
+        return accept, record
 
     def priority(self, ids: Sequence, scores: Sequence[float]) -> list[float]:
         return list(scores)

@@ -93,31 +93,30 @@ class Param:
         elsewhere than the CLI (a config key such as ``methods[2].grid.k``); default `self.option`."""
         if option is not None:
             return replace(self, flag=option).check(value, method)
-        where = ""
         if value is None:
             if self.required:
                 raise SpecrejError(f"{self.option} is required for {method}" + (f" ({self.help})" if self.help else ""))
             return None
         if self.type == "ints":
             if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-                raise SpecrejError(f"{self.option} must be a list of integers{where}, got {shown(value)}")
-            return [self._number(item, where, integral=True) for item in value]
+                raise SpecrejError(f"{self.option} must be a list of integers, got {shown(value)}")
+            return [self._number(item, integral=True) for item in value]
         if self.type in ("int", "float"):
-            return self._number(value, where, integral=self.type == "int")
+            return self._number(value, integral=self.type == "int")
         if self.type == "bool":
             if not isinstance(value, bool):
-                raise SpecrejError(f"{self.option} must be true or false{where}, got {shown(value)}")
+                raise SpecrejError(f"{self.option} must be true or false, got {shown(value)}")
             return value
         if not isinstance(value, (str, Path)):
-            raise SpecrejError(f"{self.option} must be a string{where}, got {shown(value)}")
+            raise SpecrejError(f"{self.option} must be a string, got {shown(value)}")
         value = str(value)
         if self.choices and value not in self.choices:
-            raise SpecrejError(f"{self.option} must be {self.range_text()}{where}, got {shown(value)}")
+            raise SpecrejError(f"{self.option} must be {self.range_text()}, got {shown(value)}")
         if self.type == "path" and not Path(value).is_file():
             raise SpecrejError(f"{self.option}: file not found: {value}")
         return value
 
-    def _number(self, value, where: str, *, integral: bool):
+    def _number(self, value, *, integral: bool):
         kind = "an integer" if integral else "a number"
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or (
                 integral and not isinstance(value, numbers.Integral)):
@@ -125,7 +124,7 @@ class Param:
             raise SpecrejError(f"{self.option} must be {kind}{bounds}, got {shown(value)}")
         if not math.isfinite(value) or (self.low is not None and (value < self.low or (self.low_open and value == self.low))) \
                 or (self.high is not None and (value > self.high or (self.high_open and value == self.high))):
-            raise SpecrejError(f"{self.option} must be {self.range_text() or 'finite'}{where}, got {shown(value)}")
+            raise SpecrejError(f"{self.option} must be {self.range_text() or 'finite'}, got {shown(value)}")
         return int(value) if integral else float(value)
 
     def describe(self) -> dict:

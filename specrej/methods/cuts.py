@@ -27,7 +27,7 @@ def rejection_cutoff(scores: Sequence[float], alpha: float) -> float:
 
 
 def accepted(scores: Sequence[float], alpha: float) -> list[bool]:
-    """Eq. 5: a response goes on when its score is >= r_cut. Ties at the cutoff are all kept,
+    """Eq. 5: a response goes on when its score is >= r_cut. Ties at the cutoff are all accepted,
     so more than ceil((1 - alpha) * n) may go on, and the set never depends on row order."""
     cutoff = rejection_cutoff(scores, alpha)
     return [score >= cutoff for score in scores]
@@ -35,7 +35,8 @@ def accepted(scores: Sequence[float], alpha: float) -> list[bool]:
 
 class Cut(Protocol):
     """A rejection rule: given the round's candidate ids, their scores and the decision token,
-    which go on (eq. 5's role) and a record of why (`cutoff` at least; kept in `Round.rule`)."""
+    which are accepted, i.e. go on (eq. 5's role), and a record of why (`Round.rule`): `cutoff` at
+    least, and `kept`, the cutoff's rank (`Round.kept`), for a rule that cuts at a rank."""
 
     def __call__(self, ids: Sequence[Hashable], scores: Sequence[float], tau: int) -> tuple[list[bool], dict]: ...
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
 
 
 class RandomCut:
-    """Keep `num_kept(n, alpha)` of the round's n rows, drawn uniformly (`selection.Cut`)."""
+    """Keep `num_kept(n, alpha)` of the round's n rows, drawn uniformly (`cuts.Cut`)."""
 
     def __init__(self, alpha: float, seed: int):
         self.alpha, self.seed = alpha, seed
@@ -35,9 +35,9 @@ class RandomCut:
         self.draws = {i: self.rng.random() for i in ids}
         kept = num_kept(len(ids), self.alpha)
         chosen = set(sorted(ids, key=lambda i: -self.draws[i])[:kept])
-        keep = [i in chosen for i in ids]
-        cutoff = min(s for s, k in zip(scores, keep) if k)  # the lowest score that went on
-        return keep, {"rule": "random", "alpha": self.alpha, "cutoff": cutoff, "kept": kept}
+        accept = [i in chosen for i in ids]
+        cutoff = min(s for s, ok in zip(scores, accept) if ok)  # the lowest score that went on
+        return accept, {"rule": "random", "alpha": self.alpha, "cutoff": cutoff, "kept": kept}
 
     def priority(self, ids: Sequence[Hashable], scores: Sequence[float]) -> list[float]:
         """The memory guard halts the lowest draws first: it must not use the reward either."""

@@ -1,5 +1,5 @@
 """Speculative Rejection, Algorithm 1 of Sun et al. (2024) with eq. 3-6, and the `sr` method (the
-paper's alpha cut, eq. 4-5). Its schedule takes any cut rule (`selection.Cut`): the random-halting
+paper's alpha cut, eq. 4-5). Its schedule takes any cut rule (`cuts.Cut`): the random-halting
 control (`random_halting.py`) and the adaptive cut (`sr_adaptive.py`) run it with theirs."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def speculative_rejection(session: Session, params, cut: Cut) -> dict:
     """Algorithm 1. b_init (unless given, `params.batch_size`) is as many rows as the budget holds
     for `min_tokens` tokens each, at most `max_init_batch`. Generate until the KV cache would
     overflow the budget: that step is the decision token. Score the batch (live rows and the
-    responses completed since the last decision), cut at r_cut and keep every response scoring
+    responses completed since the last decision), cut at r_cut and accept every response scoring
     >= r_cut (ties included); completed responses join the final set I for good. Repeat until no
     row is live; the answer is the best of I. `decision_tokens` adds decisions at fixed lengths
     (for studies). With alpha = 0 and b_init = N this is exactly Best-of-N."""
@@ -36,15 +36,15 @@ def speculative_rejection(session: Session, params, cut: Cut) -> dict:
             break
         batch = round_batch(session, rollout)  # line 6, eq. 3: live rows and newly completed responses
         ids, scores = [c.id for c in batch], [c.round_scores[-1] for c in batch]
-        keep, why = cut(ids, scores, rollout.length)  # eq. 4-5: every score >= r_cut
+        accept, why = cut(ids, scores, rollout.length)  # eq. 4-5: every score >= r_cut
         # line 7: completed responses are already in I. Memory guard: if the cut freed too little,
         # the survivors the cut ranks lowest that cannot take one more token are halted too.
         room = session.rows_that_fit(rollout.length + 1) if rollout.needs_room else None
-        going_on, guard = memory_guard([c for c, ok in zip(batch, keep) if ok and not c.complete],
+        going_on, guard = memory_guard([c for c, ok in zip(batch, accept) if ok and not c.complete],
                                        dict(zip(ids, cut.priority(ids, scores))), room)
         index = session.record_round(Round(
             decision_token=rollout.length, batch_before=rollout.num_rows, batch_after=len(going_on), ranked=len(batch),
-            kept=why.get("kept", sum(keep)), accepted=sum(keep), cutoff=why["cutoff"],
+            kept=why.get("kept", sum(accept)), accepted=sum(accept), cutoff=why["cutoff"],
             memory_guard_halted=len(guard), rule=why))
         going_on_ids = {c.id for c in going_on}
         session.halt(rollout, [c for c in batch if not c.complete and c.id not in going_on_ids], index)

@@ -1,4 +1,4 @@
-"""SR with the adaptive cut (paper §6, `adaptive.AdaptiveCut`): SR's schedule, but a row is halted
+"""SR with the adaptive cut (paper §6, `adaptive_cut.AdaptiveCut`): SR's schedule, but a row is halted
 only when even an optimistic projection of its final reward falls below a pessimistic projection
 of the best row's, with a per-round risk delta of halting the row that would end best."""
 
@@ -10,10 +10,10 @@ from ..errors import SpecrejError
 from .adaptive_cut import AdaptiveCut
 from .base import Display, Method, Param
 from .registry import register
+from .sr import schedule_params, speculative_rejection
 
 if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
     from .session import Session
-from .sr import schedule_params, speculative_rejection
 
 
 def read_fit(path: str) -> dict:

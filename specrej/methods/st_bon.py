@@ -211,5 +211,5 @@ ST_BON = register(Method(
     label=lambda params: f"ST-BoN N={params['n']}",
     display=Display(name="ST-BoN", color="#a6d854", marker="^"),
     setting_keys=("n",),
-    step_seconds=0.043,  # 72.5 s at N=32 for 24 prompts x 64 new tokens (2026-12-03)
+    step_seconds=0.043,  # 72.5 s at N=32 for 24 prompts x 64 new tokens
 ))

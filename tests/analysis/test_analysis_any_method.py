@@ -10,7 +10,8 @@ import pytest
 from analysis.figures import figure3_compute_vs_improvement
 from analysis.headline import headline_table
 from analysis.io import best_responses_frame
-from analysis.metrics import bon_equivalent_compute, bootstrap_draws, method_summary
+from analysis.bon_curve import bon_equivalent_compute
+from analysis.metrics import bootstrap_draws, method_summary
 from analysis.summary_page import render_headline_markdown
 from analysis.tables import table2_perplexity_speedup
 from analysis.winrate import bon_min_label, group_by_method

@@ -1,4 +1,5 @@
-"""analysis.headline and analysis.summary_page on hand-worked tables (the expected numbers are worked out by hand)."""
+"""analysis.headline, analysis.summary_page and analysis.summary_format on hand-worked tables (the
+expected numbers are worked out by hand)."""
 
 import math
 
@@ -13,7 +14,8 @@ from analysis.headline import (
     token_savings,
 )
 from analysis.io import best_responses_frame
-from analysis.summary_page import _percent, method_order, render_headline_markdown
+from analysis.summary_format import percent
+from analysis.summary_page import method_order, render_headline_markdown
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -424,7 +426,7 @@ def test_the_page_opens_with_sr_then_the_strongest_method_not_the_first_by_name(
 
 @pytest.mark.parametrize("share, shown", [(-0.004, "0%"), (-0.0049, "0%"), (0.004, "0%"), (-0.02, "-2%"), (0.5, "50%")])
 def test_a_share_that_rounds_to_zero_reads_0_percent_never_minus_0(share, shown):
-    assert _percent(share) == shown
+    assert percent(share) == shown
 
 
 def test_a_setting_that_completed_no_response_has_a_row_and_a_sentence_that_say_so():

@@ -1,4 +1,4 @@
-"""analysis.metrics on small hand-computed runs."""
+"""analysis.metrics and analysis.bon_curve on small hand-computed runs."""
 
 import math
 
@@ -8,11 +8,9 @@ import pytest
 from scipy import stats
 
 from analysis.bootstrap import percentile_interval
+from analysis.bon_curve import bon_equivalent_compute, interpolate_log_compute, locate_on_curves
 from analysis.metrics import (
-    bon_equivalent_compute,
     bootstrap_draws,
-    interpolate_log_compute,
-    locate_on_curves,
     method_summary,
     per_prompt_improvement,
     perplexity,

@@ -2,7 +2,8 @@
 relative compute, speedup and perplexity with prompt-level paired bootstrap intervals, and the
 prompts whose improvement is undefined (analysis.metrics.method_summary on the prompts every
 configuration of the pair answered); results/metrics/bon_equivalent.csv: where each SR
-configuration lands on its pair's BoN curve, with intervals over the same resamples.
+configuration lands on its pair's BoN curve, with intervals over the same resamples
+(analysis.bon_curve.bon_equivalent_compute).
 
 Params: improvement_normalization ("bon_min_range", the paper's eq. 8, or "bon_range"),
 bootstrap_resamples, confidence_level, bootstrap_seed (config `tables`)."""
@@ -11,7 +12,8 @@ import sys
 
 import pandas as pd
 
-from analysis.metrics import bon_equivalent_compute, bootstrap_draws, method_summary
+from analysis.bon_curve import bon_equivalent_compute
+from analysis.metrics import bootstrap_draws, method_summary
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 params = snakemake.params  # noqa: F821
