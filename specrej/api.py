@@ -1,4 +1,12 @@
-"""The Python API behind `specrej generate`: load once, run a prompt file, append records."""
+"""The Python API behind `specrej generate`: load once, run a prompt file, append records.
+
+A run, from the CLI or from `run_prompts`, goes one way: `plan_run` checks every setting once
+(`check_run`) and computes the output settings once (`output_settings`); a `RecordWriter` opens
+the output once (its lock, a torn tail repaired, the finished records read and a resume with
+other settings refused), before any model loads; `run_planned` then settles the loaded engine's
+dtype and device with the writer and only loops over the prompts left, `prompt_record` building
+each record (its params: `session.record_params`).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ import os
 import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
@@ -18,7 +27,7 @@ from .engine.sampling import SamplingParams, check_int
 from .errors import SpecrejError, shown
 from .methods import Method, Params, file_digest, get_method, settings_digest
 from .methods.registry import method_code
-from .methods.session import Result, flop_shapes, run_method
+from .methods.session import Result, flop_shapes, record_params, run_method
 from .models.loading import load_generator
 from .records.io import PromptItem, RecordWriter, read_prompts
 from .rewards.reward import Response, Reward
@@ -138,18 +147,59 @@ def output_settings(method: Method, params: dict, *, model: str, reward: str, se
                     memory_budget: int | None, engine: Engine | None = None, prompt_format: str | None = None) -> dict:
     """Every setting that changes a run file's records: a rerun whose settings differ is refused
     (`io.RecordWriter`). A file parameter counts by its content; the engine's dtype and device
-    as loaded (None: not known yet, e.g. before loading); the prompt format as asked for
-    (`prompt_format`, else the engine's), named only when it is not "auto"; the method's code as
-    `method_code` (`registry.method_code`: specrej's version for a built-in method, a digest of
-    its module's source for one from outside), so a rerun after the code changed is refused too."""
+    as loaded (`engine_settings`; None: not known yet, e.g. before loading); the prompt format as
+    asked for (`prompt_format`, else the engine's), named only when it is not "auto"; the method's
+    code as `method_code` (`registry.method_code`: specrej's version for a built-in method, a
+    digest of its module's source for one from outside), so a rerun after the code changed is
+    refused too."""
     file_params = {p.name for p in method.params if p.type == "path"}
     prompt_format = prompt_format if prompt_format is not None else getattr(engine, "prompt_format", "auto")
     return {"method": method.name, "method_code": method_code(method),
             **{f"param.{k}": (file_digest(v) if k in file_params and v else v) for k, v in params.items()},
             "model": model, "reward": reward, "seed": seed, **vars(sampling), "memory_budget": memory_budget,
             **({"prompt_format": prompt_format} if prompt_format != "auto" else {}),
-            "dtype": None if engine is None else str(engine.dtype).removeprefix("torch."),
+            **engine_settings(engine)}
+
+
+# the output settings known once the generator is loaded (`engine_settings`): a run's output is
+# opened before, with these unknown, and `RecordWriter.settle` compares them after
+ENGINE_SETTINGS = ("dtype", "device")
+
+
+def engine_settings(engine: Engine | None) -> dict:
+    """The loaded generator's output settings: its dtype and device type (None: not loaded yet)."""
+    return {"dtype": None if engine is None else str(engine.dtype).removeprefix("torch."),
             "device": None if engine is None else engine.device.type}
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run's every setting, checked once by `plan_run` before a model loads or the output is
+    opened: the method with its checked parameters, the sampling settings, seed and memory budget,
+    the generator's and the reward's names as records hold them, and `settings`, the output
+    settings a resume is checked against (`output_settings`; the dtype and device None until
+    the engine is loaded: `ENGINE_SETTINGS`)."""
+
+    method: Method
+    params: Params
+    sampling: SamplingParams
+    seed: int
+    memory_budget: int | None
+    model_name: str
+    reward_name: str
+    settings: dict
+
+
+def plan_run(method: str | Method, params: Mapping = MappingProxyType({}), *, model_name: str, reward_name: str,
+             seed: int = 0, sampling: SamplingParams = SamplingParams(), memory_budget: int | None = None,
+             prompt_format: str = "auto", reward_batch_size: int | None = None) -> RunPlan:
+    """The run's settings checked (`check_run`, once: `reward_batch_size` is only checked) and
+    its output settings computed (`output_settings`, once; `prompt_format` as asked for)."""
+    method, checked = check_run(method, params, sampling=sampling, seed=seed, memory_budget=memory_budget,
+                                reward_batch_size=reward_batch_size)
+    settings = output_settings(method, dict(checked), model=model_name, reward=reward_name, seed=seed,
+                               sampling=sampling, memory_budget=memory_budget, prompt_format=prompt_format)
+    return RunPlan(method, checked, sampling, seed, memory_budget, model_name, reward_name, settings)
 
 
 # a method that raises (not SpecrejError) on this many prompts before any succeeded stops the run
@@ -166,7 +216,8 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
                 checked: Params | None = None, on_failure: Callable[[PromptItem, str], None] | None = None,
                 **params) -> RecordWriter:
     """Run every prompt not yet in `out` with `method` and its `params` (see `run_one`),
-    appending one record per prompt as it finishes.
+    appending one record per prompt as it finishes: `plan_run`, then `out` opened (a
+    `RecordWriter`), then `run_planned`, each once, as `specrej generate` does.
 
     A prompt that fails gets an error record with the error in one line, and the others go on:
     bad input for that prompt (empty, too long for the model), its reward raising, the method
@@ -189,63 +240,90 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
     marker, reference), the setting's keys flat as well (e.g. n, alpha), `prompt_format` (how the
     prompts were rendered: chat or plain) and `settings_digest`, a digest of `output_settings`.
     """
-    method, checked = check_run(method, params if checked is None else checked, sampling=sampling, seed=seed,
-                                memory_budget=memory_budget)  # before anything is read or written
+    plan = plan_run(method, params if checked is None else checked, model_name=model_name, reward_name=reward_name,
+                    seed=seed, sampling=sampling, memory_budget=memory_budget,
+                    prompt_format=getattr(engine, "prompt_format", "auto"))  # before anything is read or written
     items = read_prompts(prompts) if not isinstance(prompts, list) else prompts
-    recorded = dict(checked)  # as a record holds them: Param.check gives lists, numbers, strings
-    settings = output_settings(method, recorded, model=model_name, reward=reward_name, seed=seed, sampling=sampling,
-                               memory_budget=memory_budget, engine=engine)
-    family = method.record_method or method.name
-    common = {"model": model_name, "reward": reward_name, "seed": seed,
-              "prompt_format": engine.used_prompt_format(),  # as the prompts were rendered: chat or plain
-              **{key: recorded[key] for key in method.setting_keys}, **vars(sampling),
-              "setting": {"method": method.name, "params": recorded, "label": method.label(recorded)},
-              "display": method.display_record(),
-              "output_settings": settings, "settings_digest": settings_digest(settings)[:16]}
+    with RecordWriter(out, plan.settings, retry_failed=retry_failed, unknown=ENGINE_SETTINGS) as writer:
+        return run_planned(plan, items, writer, engine=engine, reward=reward, measure_memory=measure_memory,
+                           progress=progress, on_failure=on_failure)
+
+
+def run_planned(plan: RunPlan, prompts: list[PromptItem], writer: RecordWriter, *, engine: Engine, reward: Reward,
+                measure_memory: bool | None = None, progress: bool = True,
+                on_failure: Callable[[PromptItem, str], None] | None = None) -> RecordWriter:
+    """The loop of `run_prompts` over an output already opened (`writer`, opened with
+    `plan.settings` and `ENGINE_SETTINGS` unknown): the loaded engine's dtype and device settled
+    with the writer (a resume with others is refused), then each prompt not yet done run
+    (`run_method`) and its record (`prompt_record`) appended. Returns `writer`, still open."""
+    settings = writer.settle(engine_settings(engine))
+    run_params = _run_params(plan, settings, engine)
     shapes = flop_shapes(engine, reward)
     reward = _ReportedReward(reward)
-    log = Path(f"{os.fspath(out)}.log")
+    log = Path(f"{writer.path}.log")
     report = on_failure or _warn_failure
-    with RecordWriter(out, settings, retry_failed=retry_failed) as writer:
-        todo = [item for item in items if item.prompt_id not in writer.done]
-        bar = tqdm(todo, desc=f"{method.name} {os.path.basename(os.fspath(out))}", unit="prompt",
-                   disable=not progress, initial=len(items) - len(todo), total=len(items))
-        succeeded, crashed = 0, 0
-        for item in bar:
-            params = {**common, "prompt_seed": prompt_seed(seed, item.prompt_id)}
-            failure = {"prompt_id": item.prompt_id, "prompt": item.prompt, "method": family, "params": params}
-            try:
-                result = run_method(method, checked, engine, reward, item.prompt, sampling=sampling,
-                                    seed=params["prompt_seed"], memory_budget=memory_budget,
-                                    measure_memory=measure_memory, shapes=shapes)
-            except SpecrejError as error:
-                writer.write({**failure, "error": str(error)})
-                report(item, str(error))
-                continue
-            except Exception as error:  # the method's own bug (not BaseException: Ctrl-C still stops the run)
-                detail = f"{method.name} failed: {one_line(error)}"
-                with open(log, "a", encoding="utf-8") as handle:
-                    handle.write(f"prompt {item.prompt_id}: {detail}\n{traceback.format_exc()}\n")
-                writer.write({**failure, "error": detail})
-                report(item, f"{detail} (traceback in {log})")
-                crashed += 1
-                if not succeeded and crashed >= min(FAIL_FAST_PROMPTS, len(todo)):
-                    which = ("on the only prompt to run" if crashed == 1 else f"on all {crashed} prompts to run"
-                             if crashed == len(todo) else f"on each of the first {crashed} prompts")
-                    raise SpecrejError(f"{detail}, {which}; stopping (tracebacks in {log}; rerun with "
-                                       "--retry-failed once it is fixed)") from None
-                continue
-            record = result.to_record(item.prompt_id)
-            record["params"] = {**record["params"], **params}
-            if record["best"] is None:  # kept whole, so its cost still counts; an error for every reader
-                record["error"] = _no_complete_response(method, result)
-                writer.write(record)
-                report(item, record["error"])
-                continue
-            succeeded += 1
-            writer.write(record)
-            bar.set_postfix(best=f"{record['best']['score']:.3g}", s=f"{record['timing']['total_s']:.1f}")
+    todo = [item for item in prompts if item.prompt_id not in writer.done]
+    bar = tqdm(todo, desc=f"{plan.method.name} {writer.path.name}", unit="prompt",
+               disable=not progress, initial=len(prompts) - len(todo), total=len(prompts))
+    succeeded, crashed = 0, 0
+    for item in bar:
+        params = {**run_params, "prompt_seed": prompt_seed(plan.seed, item.prompt_id)}
+        try:
+            result = run_method(plan.method, plan.params, engine, reward, item.prompt, sampling=plan.sampling,
+                                seed=params["prompt_seed"], memory_budget=plan.memory_budget,
+                                measure_memory=measure_memory, shapes=shapes, run_params=params)
+        except SpecrejError as error:
+            record = prompt_record(plan, item, params, str(error))
+        except Exception as error:  # the method's own bug (not BaseException: Ctrl-C still stops the run)
+            detail = f"{plan.method.name} failed: {one_line(error)}"
+            with open(log, "a", encoding="utf-8") as handle:
+                handle.write(f"prompt {item.prompt_id}: {detail}\n{traceback.format_exc()}\n")
+            writer.write(prompt_record(plan, item, params, detail))
+            report(item, f"{detail} (traceback in {log})")
+            crashed += 1
+            if not succeeded and crashed >= min(FAIL_FAST_PROMPTS, len(todo)):
+                which = ("on the only prompt to run" if crashed == 1 else f"on all {crashed} prompts to run"
+                         if crashed == len(todo) else f"on each of the first {crashed} prompts")
+                raise SpecrejError(f"{detail}, {which}; stopping (tracebacks in {log}; rerun with "
+                                   "--retry-failed once it is fixed)") from None
+            continue
+        else:
+            record = prompt_record(plan, item, params, result)
+        writer.write(record)
+        if "error" in record:
+            report(item, record["error"])
+            continue
+        succeeded += 1
+        bar.set_postfix(best=f"{record['best']['score']:.3g}", s=f"{record['timing']['total_s']:.1f}")
     return writer
+
+
+def _run_params(plan: RunPlan, settings: dict, engine: Engine) -> dict:
+    """The run's part of every record's params (`session.record_params`), the same for each prompt
+    but its `prompt_seed`: the names, the run's seed, the prompt format used (chat or plain), the
+    setting's keys flat, the sampling settings, the setting, the display, the output settings and
+    their digest."""
+    recorded = dict(plan.params)  # as a record holds them: Param.check gives lists, numbers, strings
+    return {"model": plan.model_name, "reward": plan.reward_name, "seed": plan.seed,
+            "prompt_format": engine.used_prompt_format(),  # as the prompts were rendered: chat or plain
+            **{key: recorded[key] for key in plan.method.setting_keys}, **vars(plan.sampling),
+            "setting": {"method": plan.method.name, "params": recorded, "label": plan.method.label(recorded)},
+            "display": plan.method.display_record(),
+            "output_settings": settings, "settings_digest": settings_digest(settings)[:16]}
+
+
+def prompt_record(plan: RunPlan, item: PromptItem, run_params: dict, outcome: Result | str) -> dict:
+    """A prompt's one record: its trajectory (`Result.to_record`; with an `error` that starts
+    NO_COMPLETE_RESPONSE when its method completed no response) or, when `outcome` is the error
+    that stopped it, prompt_id, prompt, method, params (the run's part only) and error."""
+    if isinstance(outcome, str):
+        return {"prompt_id": item.prompt_id, "prompt": item.prompt,
+                "method": plan.method.record_method or plan.method.name,
+                "params": record_params(run_params=run_params), "error": outcome}
+    record = outcome.to_record(item.prompt_id)
+    if record["best"] is None:  # kept whole, so its cost still counts; an error for every reader
+        record["error"] = _no_complete_response(plan.method, outcome)
+    return record
 
 
 def _warn_failure(item: PromptItem, error: str) -> None:

@@ -11,9 +11,13 @@ import signal
 import sys
 import threading
 import warnings
+from typing import TYPE_CHECKING
 
 from ..errors import SpecrejError
 from .parser import build_parser
+
+if TYPE_CHECKING:  # imported when a command needs it: `specrej --help` loads no torch
+    from ..api import RunPlan
 
 
 def doctor(args: argparse.Namespace) -> int:
@@ -80,10 +84,11 @@ def _summarize_run(path: str, max_chars: int | None) -> None:
         print(f"  response ({best['num_tokens']} tokens):\n    " + text.replace("\n", "\n    ") + "\n")
 
 
-def method_arguments(args: argparse.Namespace):
-    """The method and its checked parameters from its flags and --param NAME=VALUE (each parsed
-    by the method's own declaration), before any file is read or model loaded."""
-    from ..api import check_run
+def run_arguments(args: argparse.Namespace) -> RunPlan:
+    """The run's `api.RunPlan`: the method and its checked parameters from its flags and --param
+    NAME=VALUE (each parsed by the method's own declaration), every other setting checked and
+    the output settings computed, each once (`api.plan_run`), before any file is read or model loaded."""
+    from ..api import plan_run
     from ..engine.sampling import SamplingParams
     from ..methods import built_in, get_method
 
@@ -101,9 +106,9 @@ def method_arguments(args: argparse.Namespace):
         typed.add(name)
     method = _named_as_typed(method, cli_flags, typed)
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
-    method, params = check_run(method, given, sampling=sampling, seed=args.seed, memory_budget=args.memory_budget,
-                               reward_batch_size=args.reward_batch_size)
-    return method, params, sampling
+    return plan_run(method, given, model_name=args.model, reward_name=args.reward, seed=args.seed, sampling=sampling,
+                    memory_budget=args.memory_budget, prompt_format=args.prompt_format,
+                    reward_batch_size=args.reward_batch_size)
 
 
 def _named_as_typed(method, cli_flags: dict[str, str], typed: set[str]):
@@ -120,20 +125,18 @@ def _named_as_typed(method, cli_flags: dict[str, str], typed: set[str]):
 
 
 def generate(args: argparse.Namespace) -> int:
+    """`specrej generate`, one way through: (1) every option checked, once (`run_arguments`);
+    (2) the prompts read; then `_generate`: (3) the output opened, once (lock, torn tail, finished
+    records, resume check), (4) the generator and (5) the reward loaded, (6) the loop over the
+    prompts left (`api.run_planned`), (7) the exit status."""
     from ..records.io import read_prompts
 
-    method, params, sampling = method_arguments(args)  # every option and file parameter, before a model loads
-    from ..api import output_settings
-    from ..records.io import check_resume
-
-    settings = output_settings(method, dict(params), model=args.model, reward=args.reward, seed=args.seed, sampling=sampling,
-                               memory_budget=args.memory_budget, prompt_format=args.prompt_format)
-    check_resume(args.out, settings, unknown=("dtype", "device"))  # known once the model is loaded
+    plan = run_arguments(args)  # every option and file parameter, before a model loads
     prompts = read_prompts(args.prompts)
     if not prompts:
         raise SpecrejError(f"no prompts in {args.prompts}")
     try:
-        return _generate(args, prompts, sampling, method, params)
+        return _generate(args, prompts, plan)
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (`_signals_stop`): the lock is released
         print(f"specrej: interrupted after {_finished(args.out, prompts)} of {len(prompts)} prompts; {args.out} "
               "holds the finished ones; rerun the same command to resume", file=sys.stderr)
@@ -151,21 +154,21 @@ def _finished(out: str, prompts: list) -> int | str:
     return sum(item.prompt_id in done for item in prompts)
 
 
-def _generate(args: argparse.Namespace, prompts: list, sampling, method, params: dict) -> int:
-    from ..api import load_engine, run_prompts
-    from ..records.io import output_lock
+def _generate(args: argparse.Namespace, prompts: list, plan: RunPlan) -> int:
+    from ..api import ENGINE_SETTINGS, load_engine, run_planned
+    from ..records.io import RecordWriter
     from ..rewards.reward import load_reward
 
-    with output_lock(args.out):  # a second run on OUT is refused before it loads any model
+    # opened once, before any model loads: a second run on OUT, or a resume with other settings, is
+    # refused at once; the dtype and device are compared once the generator is loaded (run_planned)
+    with RecordWriter(args.out, plan.settings, retry_failed=args.retry_failed, unknown=ENGINE_SETTINGS) as writer:
         engine = load_engine(args.model, dtype=args.dtype, device=args.device,
                              trust_remote_code=args.trust_remote_code, prompt_format=args.prompt_format,
                              compile=args.compile)
         reward = load_reward(args.reward, dtype=args.dtype, device=args.device,
                              trust_remote_code=args.trust_remote_code, batch_size=args.reward_batch_size)
-        writer = run_prompts(prompts, args.out, engine=engine, reward=reward, method=method,
-                             model_name=args.model, reward_name=args.reward, seed=args.seed, sampling=sampling,
-                             memory_budget=args.memory_budget, progress=not args.no_progress,
-                             retry_failed=args.retry_failed, checked=params, on_failure=_print_failure)
+        run_planned(plan, prompts, writer, engine=engine, reward=reward, progress=not args.no_progress,
+                    on_failure=_print_failure)
     failed = [(item.prompt_id, writer.errors[item.prompt_id]) for item in prompts if item.prompt_id in writer.errors]
     if not failed:
         return 0

@@ -384,7 +384,6 @@ def decode_rollout(rollout: Rollout, budget: TokenBudget, stop_at: Container[int
     return finished
 
 
-decode_n_tokens = decode_rollout  # the name methods/session.py imports until it imports decode_rollout
 
 
 def _compact(buffer: torch.Tensor, order: torch.Tensor) -> torch.Tensor:

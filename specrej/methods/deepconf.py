@@ -124,7 +124,7 @@ def _sample(session: Session, rows: int, k: int, confidences: TraceConfidences, 
     max_new_tokens = session.sampling.max_new_tokens
     rollout = session.start(rows, max_new_tokens, top_logprobs=k)
     while rollout.num_rows:
-        if not session.has_room(rollout):
+        if not session.make_room(rollout):
             raise SpecrejError(f"DeepConf's batch of {rows} rows filled the memory budget at token {rollout.length}; "
                                "lower --batch-size or raise the budget")
         session.step(rollout)

@@ -2,7 +2,8 @@
 the KV budget, batches, scoring, halting, decisions, timers, FLOPs, out-of-memory typing) as
 the work happens, and a method only decides (`Method.run(session, params)`). `run_method` runs a
 method on one prompt: memory measurement around it, and out-of-memory retries with half the
-batch. The `Result` it returns is the trajectory record (`Result.to_record`, specrej/records/io.py).
+batch. The `Result` it returns becomes the trajectory record (`Result.to_record`,
+specrej/records/result.py), whose params `record_params` builds, here alone.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import gc
 import os
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from types import MappingProxyType
 
 import torch
 
 from ..engine.budget import PeakMemory, TokenBudget, default_memory_budget, format_size, token_capacity
-from ..engine.decoding import Rollout, RowOutput, decode_n_tokens, make_room, prefill
+from ..engine.decoding import Rollout, RowOutput, decode_rollout, make_room, prefill
 from ..engine.sampling import SamplingParams
 from ..engine.work_clock import WorkClock
 from ..errors import SpecrejError
@@ -167,18 +169,18 @@ class Session:
         live: memory ran short), or the length reaches one in `until` beyond the current one; the
         candidates completed on the way are returned."""
         with self.clock.measure("generate"):
-            finished = decode_n_tokens(rollout, self.budget, set(until) - {rollout.length})
+            finished = decode_rollout(rollout, self.budget, set(until) - {rollout.length})
         return self._complete(finished)
 
-    def has_room(self, rollout: Rollout) -> bool:
+    def make_room(self, rollout: Rollout) -> bool:
         """The rollout's next step fits the budget (its rows are re-laid out if that is needed)."""
         return make_room(rollout, self.budget)
 
     @_typed_out_of_memory
     def step(self, rollout: Rollout) -> list[Candidate]:
-        """One token for every live row (the next step must fit: `has_room`); the candidates it
+        """One token for every live row (the next step must fit: `make_room`); the candidates it
         completed are returned."""
-        if not self.has_room(rollout):
+        if not self.make_room(rollout):
             raise SpecrejError(f"no room for token {rollout.length + 1} of {rollout.num_rows} rows in the KV budget")
         with self.clock.measure("generate"):
             finished = rollout.step()
@@ -234,16 +236,14 @@ class Session:
 
     # -- the record ---------------------------------------------------------------------------
     @_typed_out_of_memory
-    def finish(self, method: str, params: dict) -> Result:
-        """The run's result: every complete candidate scored, the batches' memory freed."""
+    def finish(self, method: str, params: dict, run_params: Mapping = MappingProxyType({})) -> Result:
+        """The run's result: every complete candidate scored, the batches' memory freed; its params
+        are `record_params` of the method's `params`, the session's and the run's `run_params`."""
         self._release()
         self.score_final([c for c in self.candidates if c.complete and c.final_score is None])
-        params = {**params, "memory_budget": self.memory_budget, "seed": self.seed, **asdict(self.sampling),
-                  "forward": self.engine.forward_kind}  # which forward pass ran: llama | hf
-        if self.engine.compiled:  # its tokens differ from an eager run's (engine/compiled.py)
-            params["compiled"] = True
         return Result(
-            prompt=self.prompt, method=method, params=params, candidates=self.candidates, rounds=list(self.rounds),
+            prompt=self.prompt, method=method, params=record_params(params, self, run_params),
+            candidates=self.candidates, rounds=list(self.rounds),
             timing=self._timing(),
             tokens={"generated": sum(r.tokens_generated for r in self.rollouts), "scored": sum(self.scored_lengths)},
             peak_kv_bytes=max((r.cache.peak_bytes for r in self.rollouts), default=0),
@@ -294,6 +294,26 @@ class Session:
                 rollout.release()
 
 
+def record_params(method_params: Mapping = MappingProxyType({}), session: Session | None = None,
+                  run_params: Mapping = MappingProxyType({})) -> dict:
+    """A trajectory record's params, built here alone, in the order a record holds them: what the
+    method returned (its setting as it ran: e.g. n, and the batch that fit), then the session's
+    (memory_budget, seed: the prompt's, the sampling settings, forward: which forward pass ran,
+    llama | hf, and compiled: true only when the decode step was compiled, whose tokens differ
+    from an eager run's, engine/compiled.py), then the run's `run_params` (`api.run_prompts`'
+    model, reward, the run's seed, prompt format, setting, display, output settings and their
+    digest, prompt_seed). A later part's value replaces an earlier one's in its place. A prompt
+    that failed before its method returned has only the run's part."""
+    params = dict(method_params)
+    if session is not None:
+        params.update({"memory_budget": session.memory_budget, "seed": session.seed, **asdict(session.sampling),
+                       "forward": session.engine.forward_kind})
+        if session.engine.compiled:
+            params["compiled"] = True
+    params.update(run_params)
+    return params
+
+
 def flop_shapes(engine, reward: Reward) -> FlopShapes | None:
     """The generator's and the reward model's shapes, or None (with a warning) for a model whose
     shape the FLOP count cannot read."""
@@ -316,13 +336,14 @@ def measure_memory_default(device: torch.device) -> bool:
 
 def run_method(method, params, engine, reward: Reward, prompt: str, *, sampling: SamplingParams = SamplingParams(),
                seed: int = 0, memory_budget: int | None = None, measure_memory: bool | None = None,
-               shapes: FlopShapes | None = None) -> Result:
+               shapes: FlopShapes | None = None, run_params: Mapping = MappingProxyType({})) -> Result:
     """`method` (a `Method`) with its checked `params` on one prompt. Out of memory (CUDA, or the
     host) in a batch of the method's `batch_param` (Best-of-N: the same n in more batches; SR: half
     the initial batch), the prompt runs again from the start with half that batch, until a batch of
     one fails too; `Result.retries` counts the retries and the batch that succeeded is in its
     params. Responses are never cut short to make room. `measure_memory`: see
-    `measure_memory_default` (None: that default)."""
+    `measure_memory_default` (None: that default); `run_params`: the run's part of the result's
+    params (`record_params`)."""
     if measure_memory is None:
         measure_memory = measure_memory_default(engine.device)
     retries = 0
@@ -332,7 +353,7 @@ def run_method(method, params, engine, reward: Reward, prompt: str, *, sampling:
             with meter or contextlib.nullcontext():
                 session = Session(engine, reward, prompt, sampling, seed, memory_budget, shapes)
                 recorded = method.run(session, params)
-                result = session.finish(method.record_method or method.name, recorded)
+                result = session.finish(method.record_method or method.name, recorded, run_params)
             result.measured_peak_bytes = meter.peak_bytes if meter else None
             result.retries = retries
             return result

@@ -173,7 +173,7 @@ def self_truncation_best_of_n(session: Session, params) -> dict:
     rollout = session.start(n, layer_states=True)
     choice = SelfTruncation(n, params.tau_coeff, session.prompt_layer_states)
     session.reserve(choice.state_bytes)
-    while rollout.num_rows and session.has_room(rollout):
+    while rollout.num_rows and session.make_room(rollout):
         if choice.observe(rollout, session.step(rollout)):
             break
     in_window = choice.stop_step is not None and rollout.length >= choice.stop_step - 1

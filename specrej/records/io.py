@@ -100,7 +100,7 @@ def read_records(path: str | os.PathLike) -> list[dict]:
 
     A prompt_id found twice is an error: two runs appended to the same file.
     """
-    return _unique([json.loads(line) for line in _complete_lines(Path(path))], path)
+    return _unique(_complete_records(Path(path))[1], path)
 
 
 def _unique(records: list[dict], path) -> list[dict]:
@@ -114,35 +114,31 @@ def _unique(records: list[dict], path) -> list[dict]:
     return records
 
 
-def _complete_lines(path: Path) -> list[bytes]:
-    """Lines up to the first one that is torn (no newline) or not JSON: what a killed run left."""
+def _complete_records(path: Path) -> tuple[list[bytes], list[dict]]:
+    """The lines up to the first one that is torn (no newline) or not JSON (what a killed run
+    left), and their records: the one read of a run file."""
     if not path.exists():
-        return []
-    lines = []
+        return [], []
+    lines, records = [], []
     for line in path.read_bytes().splitlines(keepends=True):
         try:
-            json.loads(line)
+            record = json.loads(line)
         except ValueError:
             break
         if not line.endswith(b"\n"):
             break
         lines.append(line)
-    return lines
-
-
-_held_locks: set[str] = set()  # lock files this process holds (see output_lock)
+        records.append(record)
+    return lines, records
 
 
 @contextmanager
 def output_lock(path: str | os.PathLike) -> Iterator[None]:
     """Hold PATH.lock exclusively (flock) while writing PATH: two processes appending to one
-    output would each run every prompt. A second process is refused at once, with the pid of
-    the first. Re-entrant within a process, so `specrej generate` can take it before loading
-    models and its RecordWriter inside again. The lock goes when the process dies."""
+    output would each run every prompt. A second holder is refused at once, with the pid of the
+    first (a second `output_lock` of one PATH in the same process too: a run takes it once, when
+    its `RecordWriter` opens). The lock goes when the process dies."""
     lock = os.path.realpath(f"{os.fspath(path)}.lock")
-    if lock in _held_locks:
-        yield
-        return
     os.makedirs(os.path.dirname(lock), exist_ok=True)
     while True:
         handle = open(lock, "a+", encoding="utf-8")
@@ -163,11 +159,9 @@ def output_lock(path: str | os.PathLike) -> Iterator[None]:
     handle.truncate(0)
     handle.write(f"{os.getpid()}\n")
     handle.flush()
-    _held_locks.add(lock)
     try:
         yield
     finally:
-        _held_locks.discard(lock)
         os.unlink(lock)  # while still locked, so no one else can be holding this file
         handle.close()
 
@@ -176,8 +170,9 @@ def check_resume(path: str | os.PathLike, settings: dict, records: list[dict] | 
                  unknown: Iterable[str] = ()) -> None:
     """Refuse to append to `path` when its records were made with other `settings` (every
     setting that changes the output, `api.output_settings`; those in `unknown` are not known yet
-    and not compared), naming the first one that differs, or saying that the method's code
-    changed; records without settings (not written by `specrej generate`) are refused too."""
+    and not compared: `RecordWriter.settle` compares them once they are), naming the first one
+    that differs, or saying that the method's code changed; records without settings (not
+    written by `specrej generate`) are refused too."""
     records = read_records(path)[:1] if records is None else records
     for record in records:
         previous = record.get("params", {}).get("output_settings")
@@ -185,14 +180,19 @@ def check_resume(path: str | os.PathLike, settings: dict, records: list[dict] | 
             raise SpecrejError(f"{path} holds records without params.output_settings, so a rerun cannot be checked "
                                "against them; use another --out")
         keys = [k for k in dict.fromkeys([*previous, *settings]) if k not in unknown]
-        changed = [k for k in keys if previous.get(k) != settings.get(k)]
-        if changed == ["method_code"]:
-            raise SpecrejError(_code_changed(path, settings, previous.get("method_code")))
-        if changed:
-            key = changed[0]
-            more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
-            raise SpecrejError(f"{path} holds results made with other settings ({key}: {previous.get(key)!r} there, "
-                               f"{settings.get(key)!r} now{more}); use another --out or delete it")
+        _refuse_changed(path, previous, settings, keys)
+
+
+def _refuse_changed(path, previous: dict, settings: dict, keys: list[str]) -> None:
+    """The comparison of a resume: SpecrejError unless `previous` and `settings` agree on `keys`."""
+    changed = [k for k in keys if previous.get(k) != settings.get(k)]
+    if changed == ["method_code"]:
+        raise SpecrejError(_code_changed(path, settings, previous.get("method_code")))
+    if changed:
+        key = changed[0]
+        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+        raise SpecrejError(f"{path} holds results made with other settings ({key}: {previous.get(key)!r} there, "
+                           f"{settings.get(key)!r} now{more}); use another --out or delete it")
 
 
 def _code_changed(path, settings: dict, before: str | None) -> str:
@@ -209,28 +209,64 @@ def _code_changed(path, settings: dict, before: str | None) -> str:
 
 
 class RecordWriter:
-    """Appends one JSON line per prompt, each in one write + fsync, so a killed run leaves only
-    complete lines; reopening repairs a torn tail and reports which prompts are done.
+    """A run file, opened once per run: opening it takes `output_lock(path)` (held until `close()`
+    or the end of a `with` block), repairs a torn tail (what a killed run left), reads the
+    finished records and refuses a resume with other `settings` (`check_resume`), each once.
+    Then it appends one JSON line per prompt, each in one write + fsync, so a killed run leaves
+    only complete lines. `done` and `errors` say which prompts the file holds, and which failed.
 
-    It holds `output_lock(path)` until `close()` (or the end of a `with` block). `retry_failed`:
-    the error records are dropped first (the file rewritten atomically), so their prompts run again.
+    `unknown`: settings not known yet (`specrej generate` opens its output before the models
+    load: their dtype and device), compared by `settle` once they are. `retry_failed`: once every
+    setting is checked, the error records are dropped (the file rewritten atomically), so their
+    prompts run again.
     """
 
-    def __init__(self, path: str | os.PathLike, settings: dict, retry_failed: bool = False):
+    def __init__(self, path: str | os.PathLike, settings: dict, retry_failed: bool = False,
+                 unknown: Iterable[str] = ()):
         self.path = Path(path)
+        self.settings = dict(settings)
+        self.unknown = tuple(unknown)  # the settings `settle` is still to compare
         with ExitStack() as stack:
             stack.enter_context(output_lock(self.path))
-            lines = _complete_lines(self.path)
+            lines, records = _complete_records(self.path)
             if self.path.exists() and sum(map(len, lines)) != self.path.stat().st_size:
                 os.truncate(self.path, sum(map(len, lines)))  # drop the torn tail of a killed run, in place
-            records = read_records(self.path)
-            check_resume(self.path, settings, records[:1])
-            if retry_failed and any("error" in record for record in records):
-                records = [record for record in records if "error" not in record]
-                _replace_lines(self.path, [r for r in lines if "error" not in json.loads(r)])
+            records = _unique(records, self.path)
+            check_resume(self.path, self.settings, records[:1], unknown=self.unknown)
+            self._previous = records[0]["params"]["output_settings"] if records else None
+            self.done = {record["prompt_id"] for record in records}
+            self.errors = {record["prompt_id"]: record["error"] for record in records if "error" in record}
+            # the lines --retry-failed keeps, until every setting is checked (None: nothing to drop)
+            self._kept = ([line for line, record in zip(lines, records) if "error" not in record]
+                          if retry_failed and self.errors else None)
+            if not self.unknown:
+                self._settled()
             self._lock = stack.pop_all()
-        self.done = {record["prompt_id"] for record in records}
-        self.errors = {record["prompt_id"]: record["error"] for record in records if "error" in record}
+
+    def settle(self, known: dict) -> dict:
+        """The settings that were unknown when the writer opened, now known (`known`: e.g. the
+        loaded engine's dtype and device), compared with the file's records as the others were
+        (a setting known at opening must agree with its value then); then `retry_failed` applies.
+        Returns every setting, in `api.output_settings`' order."""
+        for key, value in known.items():
+            if key not in self.unknown and self.settings.get(key) != value:
+                raise ValueError(f"{self.path} was opened for {key}={self.settings.get(key)!r}, not {value!r}")
+        pending = [key for key in self.unknown if key in known]
+        if pending:
+            self.settings.update({key: known[key] for key in pending})
+            if self._previous is not None:  # check_resume compared the others at opening
+                _refuse_changed(self.path, self._previous, self.settings, pending)
+            self.unknown = tuple(key for key in self.unknown if key not in known)
+            if not self.unknown:
+                self._settled()
+        return self.settings
+
+    def _settled(self) -> None:
+        """Every setting checked: `retry_failed` drops the error records now, so their prompts run again."""
+        if self._kept is not None:
+            _replace_lines(self.path, self._kept)
+            self.done -= set(self.errors)
+            self.errors, self._kept = {}, None
 
     def write(self, record: dict) -> None:
         line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
