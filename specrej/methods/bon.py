@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import SpecrejError
 from .base import Display, Method, Param
 from .registry import register
 
@@ -17,11 +16,7 @@ def best_of_n(session: Session, params) -> dict:
     each batch's cache freed before the next is allocated; every complete response is scored
     (`Session.finish`) and the best is the answer."""
     max_new_tokens = session.sampling.max_new_tokens
-    fits = session.rows_that_fit(max_new_tokens)
-    batch_size = params.batch_size or min(params.n, fits)
-    if batch_size > fits:
-        raise SpecrejError(f"a batch of {batch_size} x {max_new_tokens} tokens does not fit the memory "
-                           f"budget ({fits} rows fit); lower the batch size or raise the budget")
+    batch_size = session.full_length_batch(params.batch_size, params.n)
     for start in range(0, params.n, batch_size):
         rollout = session.start(min(batch_size, params.n - start), max_new_tokens)
         session.decode(rollout)

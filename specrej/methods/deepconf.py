@@ -141,12 +141,8 @@ def deepconf(session: Session, params) -> dict:
     traces in batches with their early stops, then the choice. One round records it all."""
     n, n_init, window, k = params.n, params.n_init, params.window, params.k
     max_new_tokens = session.sampling.max_new_tokens
-    fits = session.rows_that_fit(max_new_tokens)
-    batch_size = params.batch_size or fits
-    if batch_size > fits:
-        raise SpecrejError(f"a batch of {batch_size} x {max_new_tokens} tokens does not fit the memory budget "
-                           f"({fits} rows fit); lower --batch-size or raise the budget")
-    decision = len(session.rounds)  # the one round this run records, which the halts name
+    batch_size = session.full_length_batch(params.batch_size, option="--batch-size")
+    decision = session.next_round  # the one round this run records, which the halts name
 
     warmup = TraceConfidences(window)
     for start in range(0, n_init, batch_size):

@@ -204,12 +204,8 @@ def pandora_best_of_n(session: Session, params) -> dict:
     stopping = PandoraStopping(n_max=params.n, cost=params.cost, delta=params.delta, min_open=params.min_open,
                                divide=params.divide, reward_scale=params.reward_scale)
     max_new_tokens = session.sampling.max_new_tokens
-    fits = session.rows_that_fit(max_new_tokens)
-    round_size = params.round_size or min(params.n, fits)
-    if round_size > fits:
-        raise SpecrejError(f"a round of {round_size} x {max_new_tokens} tokens does not fit the memory budget "
-                           f"({fits} rows fit); lower --param round_size or raise the budget")
-    decision = len(session.rounds)
+    round_size = session.full_length_batch(params.round_size, params.n, name="a round", option="--param round_size")
+    decision = session.next_round
     rounds = drawn = 0
     stopped = False
     while not stopped:

@@ -129,6 +129,23 @@ class Session:
         length`): e.g. how many live rows may go on to token `length` in one batch."""
         return self.budget.rows_that_fit(length)
 
+    def full_length_batch(self, given: int | None, most: int | None = None, *, name: str = "a batch",
+                          option: str = "the batch size") -> int:
+        """Rows per batch of full-length responses (max_new_tokens each): `given`, else as many as
+        the budget holds (at most `most`); a SpecrejError naming `option` when `given` does not fit."""
+        length = self.sampling.max_new_tokens
+        fits = self.rows_that_fit(length)
+        rows = given or (fits if most is None else min(most, fits))
+        if rows > fits:
+            raise SpecrejError(f"{name} of {rows} x {length} tokens does not fit the memory budget ({fits} rows "
+                               f"fit); lower {option} or raise the budget")
+        return rows
+
+    @property
+    def next_round(self) -> int:
+        """The index the next recorded decision gets (`record_round`): the round a halt names."""
+        return len(self.rounds)
+
     @property
     def prompt_layer_states(self) -> torch.Tensor:
         """The prompt's last token's every-layer states [num_layer_states, hidden] (a batch started

@@ -184,7 +184,7 @@ def self_truncation_best_of_n(session: Session, params) -> dict:
     chosen, rule = choice.decide()
     batch_before, decided_at = rollout.num_rows, rollout.length
     session.live(rollout)  # the losers' tokens so far, for the record
-    session.halt(rollout, [c for c in session.candidates if c.id != chosen], len(session.rounds))
+    session.halt(rollout, [c for c in session.candidates if c.id != chosen], session.next_round)
     session.record_round(Round(
         decision_token=decided_at, batch_before=batch_before, batch_after=rollout.num_rows, ranked=0, kept=1,
         accepted=1, cutoff=None, memory_guard_halted=0, rule={
