@@ -147,9 +147,7 @@ def test_the_workflow_rule_reads_the_local_export(tmp_path, offline_env, alpaca_
     config = tmp_path / "prompts.yaml"
     select = [18, 2, 9]
     config.write_text(f"prompts:\n  source: {alpaca_farm_export}:{CONFIG}\n  split: eval\n"
-                      f"  revision: refs/convert/parquet\n  select: {select}\n  chunk_size: 2\n"
-                      # the default config's held-out rows (24-33) are beyond this 20-row export
-                      "sr:\n  adaptive: {calibration_prompts: null}\n")
+                      f"  revision: refs/convert/parquet\n  select: {select}\n  chunk_size: 2\n")
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "results/prompts/prompts.jsonl", "--snakefile", str(ROOT / "Snakefile"),
          "--cores", "1", "--configfile", str(config)],
