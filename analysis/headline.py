@@ -31,7 +31,7 @@ import pandas as pd
 from analysis._columns import require_columns
 from analysis.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, bootstrap_weights, percentile_interval
 from analysis.bon_curve import interpolate_log_compute
-from analysis.settings import configuration_order, distinct_labels, with_display
+from analysis.settings import configuration_order, distinct_labels, reference_label, with_display
 from analysis.tables import format_ratio
 
 PAIR = "pair"
@@ -202,7 +202,7 @@ def _method_headline(points: pd.DataFrame, bon: pd.DataFrame) -> pd.DataFrame:
     out["bon_min_n"], out["bon_max_n"] = n_min, n_max
     out["bon_min_improvement"] = float(bon["improvement"].iloc[0])
     out["bon_max_improvement"] = float(bon["improvement"].iloc[-1])
-    out["bon_ladder"] = ", ".join(f"Bo{int(n)} {format_ratio(c)} (N ratio {format_ratio(n / n_min)})"
+    out["bon_ladder"] = ", ".join(f"{reference_label(n)} {format_ratio(c)} (N ratio {format_ratio(n / n_min)})"
                                   for n, c in zip(bon["n"], bon["relative_compute"], strict=True))
     for column in ("n_prompts", "n_prompts_improvement", "zero_spread_prompts", "confidence_level",
                    "bootstrap_resamples"):

@@ -9,7 +9,7 @@ A trajectory record is one JSON object per line, one per prompt:
     worst {candidate_id, score} (lowest final score among complete candidates),
     candidates [{id, text, token_ids, token_logprobs, num_tokens, finished, final_score,
                  halted_round, round_scores, ...}],
-    rounds [{decision_token, batch_before, batch_after, cutoff, ...}],
+    rounds [{decision_token, batch_before, batch_after, ranked, rule}],
     timing {total_s, generate_s, score_s, compute_s, threads}, tokens {generated, scored}, peak_kv_bytes,
     flops {prefill, generate, reward, total},
 

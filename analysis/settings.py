@@ -49,6 +49,15 @@ def declared_reference(method: str) -> bool:
     return method in _declared_references()
 
 
+def reference_label(n: float | str) -> str:
+    """The label of the reference method's run with ``n`` responses (its declaration's `label`,
+    e.g. "Bo16" for Best-of-N); ``n`` may be text already formatted (a count with its interval)."""
+    from specrej.methods import built_in
+
+    reference = next(built_in()[name] for name in sorted(_declared_references()))
+    return reference.label({"n": n if isinstance(n, str) else int(n)})
+
+
 def canonical_setting(params: Mapping) -> str:
     """The configuration key of a setting's parameters (``canonical``): equal settings give
     equal text whatever order the record wrote them in."""

@@ -16,6 +16,7 @@ from analysis.headline import PAIR
 from analysis.page import Block, Bullets, Code, Heading, Paragraph, Strong, Table, Text, text, to_markdown
 from analysis.summary_format import (bullets, display_name, joined, maybe, percent, score_text, signed, table,
                                      where_on_curve, whole, with_ci)
+from analysis.settings import reference_label
 from analysis.tables import MISSING, NO_RESPONSE, format_ratio
 
 
@@ -102,7 +103,7 @@ def method_order(rows: pd.DataFrame) -> list[str]:
 
 def _statement(rows: pd.DataFrame, score_name: str) -> Text:
     """One method's paragraph: its best setting against Best-of-N."""
-    bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
+    bon_min, bon_max = reference_label(rows['bon_min_n'].iloc[0]), reference_label(rows['bon_max_n'].iloc[0])
     name = display_name(rows.iloc[0])
     bests = rows[rows["best"]]
     if bests.empty:
@@ -117,7 +118,7 @@ def _statement(rows: pd.DataFrame, score_name: str) -> Text:
                   if speedup >= 1 else
                   f"a speedup of only {with_ci(best, 'compute_speedup', format_ratio, '×')} at equal score: "
                   "Best-of-N reaches this score with less compute")
-        equivalent_n = "Bo" + with_ci(best, "equivalent_n", whole)
+        equivalent_n = reference_label(with_ci(best, "equivalent_n", whole))
         statement = text(score, f"; Best-of-N needs ≈ {with_ci(best, 'bon_equivalent_compute', format_ratio, '×')} "
                                 f"{bon_min}'s compute to match it (≈ {equivalent_n}): {saving}.")
         if np.isfinite(best["bon_equivalent_in_range_frac"]):
@@ -231,13 +232,13 @@ def _extrapolation(row: pd.Series) -> str:
     if not np.isfinite(compute):
         return "The Best-of-N curve does not rise at that end, so no extrapolation is given."
     return (f"Extending the end segment of the Best-of-N curve (extrapolated, not measured): "
-            f"≈ {format_ratio(compute)}× Bo{int(row['bon_min_n'])}'s compute "
-            f"(≈ Bo{whole(row['equivalent_n_extrapolated'])}), "
+            f"≈ {format_ratio(compute)}× {reference_label(row['bon_min_n'])}'s compute "
+            f"(≈ {reference_label(whole(row['equivalent_n_extrapolated']))}), "
             f"a speedup of ≈ {format_ratio(row['compute_speedup_extrapolated'])}× (extrapolated).")
 
 
 def _settings_table(rows: pd.DataFrame, silent: pd.DataFrame | None = None) -> Table:
-    bon_min, bon_max = f"Bo{int(rows['bon_min_n'].iloc[0])}", f"Bo{int(rows['bon_max_n'].iloc[0])}"
+    bon_min, bon_max = reference_label(rows['bon_min_n'].iloc[0]), reference_label(rows['bon_max_n'].iloc[0])
     flops = "relative_flops" in rows.columns and np.isfinite(rows["relative_flops"].astype(float)).any()
     cells = []
     for _, row in rows.iterrows():
@@ -253,8 +254,8 @@ def _settings_table(rows: pd.DataFrame, silent: pd.DataFrame | None = None) -> T
                 with_ci(row, "bon_equivalent_compute", format_ratio) if inside
                 else maybe(extrapolated, row["bon_equivalent_compute_extrapolated"], format_ratio)),
             "≈ Best-of-N": (
-                "Bo" + with_ci(row, "equivalent_n", whole) if inside else f"below {bon_min}" if below
-                else maybe(extrapolated + "Bo", row["equivalent_n_extrapolated"], whole)),
+                reference_label(with_ci(row, "equivalent_n", whole)) if inside else f"below {bon_min}" if below
+                else maybe(extrapolated, row["equivalent_n_extrapolated"], lambda n: reference_label(whole(n)))),
             "speedup at equal score": (
                 with_ci(row, "compute_speedup", format_ratio) if inside
                 else maybe(extrapolated, row["compute_speedup_extrapolated"], format_ratio)),
@@ -300,13 +301,13 @@ def _token_line(savings: pd.DataFrame) -> Text:
         f"{row['method_label']} {with_ci(row, 'tokens_saved_frac', percent)}" for _, row in savings.iterrows())
     return text(Strong(f"Tokens ({name})."), f" {decision}; {oracle}. {name} saved, of the tokens "
             f"Best-of-{whole(first['init_batch_size'])} would generate running every candidate to completion on the "
-            f"same prompt (mean response length from Bo{whole(first['reference_bon_n'])}'s candidates; "
+            f"same prompt (mean response length from {reference_label(whole(first['reference_bon_n']))}'s candidates; "
             f"{int(first['n_prompts'])} prompts): {actual}.")
 
 
 def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
     first = rows.iloc[0]
-    bon_min, bon_max = f"Bo{int(first['bon_min_n'])}", f"Bo{int(first['bon_max_n'])}"
+    bon_min, bon_max = reference_label(first['bon_min_n']), reference_label(first['bon_max_n'])
     notes = []
     if "n_prompts" in rows.columns:
         used = (f"; {score_name} defined on {int(first['n_prompts_improvement'])}"
@@ -337,7 +338,7 @@ def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
         by_score, by_compute = best["equivalent_n_by_score"], best["equivalent_n"]
         if np.isfinite(by_score) and abs(by_score / by_compute - 1) > 0.1:
             notes.append(f"Read on the N axis instead (no compute assumption), {best['method_label']} "
-                         f"matches ≈ Bo{whole(by_score)}, not Bo{whole(by_compute)}: Best-of-N's compute is not "
+                         f"matches ≈ {reference_label(whole(by_score))}, not {reference_label(whole(by_compute))}: Best-of-N's compute is not "
                          "proportional to N here, and the compute figures are the measured ones.")
     return notes
 

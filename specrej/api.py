@@ -27,7 +27,8 @@ from .engine.sampling import SamplingParams, check_int
 from .errors import SpecrejError, shown
 from .methods import Method, Params, file_digest, get_method, settings_digest
 from .methods.registry import method_code
-from .methods.session import Result, flop_shapes, record_params, run_method
+from .methods.prompt_run import flop_shapes, run_method
+from .methods.session import Result, record_params
 from .models.loading import load_generator
 from .records.io import PromptItem, RecordWriter, read_prompts
 from .rewards.reward import Response, Reward
@@ -63,7 +64,7 @@ def run_one(engine: Engine, reward: Reward, prompt: str, *, method: str | Method
             measure_memory: bool | None = None, **params) -> Result:
     """One prompt with one method and its `params` (each method's declaration lists them: Best-of-N
     n, batch_size; SR alpha, batch_size, min_tokens, max_init_batch, decision_tokens; ...).
-    `measure_memory`: see `session.measure_memory_default`; out-of-memory retries: `session.run_method`."""
+    `measure_memory`: see `prompt_run.measure_memory_default`; out-of-memory retries: `prompt_run.run_method`."""
     method, checked = check_run(method, params, sampling=sampling, seed=seed, memory_budget=memory_budget)
     return run_method(method, checked, engine, reward, prompt, sampling=sampling, seed=seed,
                       memory_budget=memory_budget, measure_memory=measure_memory, shapes=flop_shapes(engine, reward))

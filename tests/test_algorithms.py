@@ -89,19 +89,19 @@ def test_rounds_cut_at_eq4_keep_eq5_and_stay_within_budget(engine, alpha):
     for r, round_ in enumerate(result.rounds):
         batch, scores = round_batch(result, r)
         # eq. 4 by hand: the alpha lower quantile is the ceil((1 - alpha) n)-th highest score
-        assert round_.cutoff == sorted(scores, reverse=True)[math.ceil((1 - alpha) * len(scores) - 1e-9) - 1]
-        below = {c.id for c, s in zip(batch, scores) if s < round_.cutoff and not completed_by(c, round_)}
+        assert round_.rule["cutoff"] == sorted(scores, reverse=True)[math.ceil((1 - alpha) * len(scores) - 1e-9) - 1]
+        below = {c.id for c, s in zip(batch, scores) if s < round_.rule["cutoff"] and not completed_by(c, round_)}
         halted = {c.id: c.round_scores[r] for c in result.candidates if c.halted_round == r}
-        guard = {i for i, s in halted.items() if s >= round_.cutoff}
+        guard = {i for i, s in halted.items() if s >= round_.rule["cutoff"]}
         assert below <= set(halted) and set(halted) - below == guard  # eq. 5 halts exactly the scores below r_cut
-        assert len(guard) == round_.memory_guard_halted
+        assert len(guard) == round_.rule["memory_guard_halted"]
         going_on = [s for c, s in zip(batch, scores) if not completed_by(c, round_) and c.id not in halted]
         assert len(going_on) == round_.batch_after
         assert not guard or min(going_on) >= max(halted[i] for i in guard)  # the guard halts the lowest
         assert round_.batch_after * (round_.decision_token + 1) <= capacity  # survivors fit one more token
     assert result.rounds[0].decision_token >= 4  # min_tokens before the first rejection
     if alpha == 0.05:  # halting 5% frees too little memory: the guard must halt more
-        assert any(r.memory_guard_halted for r in result.rounds)
+        assert any(r.rule["memory_guard_halted"] for r in result.rounds)
     assert 0 < result.peak_kv_bytes <= budget
     assert result.best.complete and result.best.final_score == max(c.final_score for c in result.finalists)
 
@@ -118,8 +118,8 @@ def test_a_response_completed_early_stays_a_finalist_and_wins(engine, monkeypatc
 
     class StopsEndAtTheDecision(TokenCountReward):
         def score(self, prompt, responses):
-            for rollout in rollouts:  # a rollout keeps the stop tokens it was made with
-                rollout.stop_token_ids = torch.tensor([], dtype=torch.long)
+            for batch in rollouts:  # a rollout keeps the stop tokens it was made with
+                batch.rollout.stop_token_ids = torch.tensor([], dtype=torch.long)
             return super().score(prompt, responses)
 
     result = speculative_rejection(engine, StopsEndAtTheDecision(peak_at_8), PROMPT, alpha=0.5, init_batch_size=32,
@@ -127,7 +127,7 @@ def test_a_response_completed_early_stays_a_finalist_and_wins(engine, monkeypatc
     cut = result.rounds[0]
     early = [c for c in result.candidates if c.num_tokens < 8]
     assert early and cut.batch_before > len(early), "some rows must stop before token 8 and most run on"
-    assert all(c.complete and c.final_score < cut.cutoff for c in early)  # below the cut ...
+    assert all(c.complete and c.final_score < cut.rule["cutoff"] for c in early)  # below the cut ...
     assert result.best.final_score == max(c.num_tokens for c in early)  # ... and the best of them wins
     assert result.best in early and result.best.halted_round is None
 
@@ -140,12 +140,12 @@ def test_ties_at_the_cutoff_are_all_kept_and_analysis_agrees(engine):
                                    init_batch_size=20, memory_budget=BIG, sampling=SAMPLING, decision_tokens=[5])
     batch, scores = round_batch(result, 0)
     cut = result.rounds[0]
-    kept_by_hand = {c.id for c, s in zip(batch, scores) if s >= cut.cutoff}
-    assert cut.accepted == len(kept_by_hand) > cut.kept == math.ceil(0.3 * len(batch)), "ties must exist"
+    kept_by_hand = {c.id for c, s in zip(batch, scores) if s >= cut.rule["cutoff"]}
+    assert cut.rule["accepted"] == len(kept_by_hand) > cut.rule["kept"] == math.ceil(0.3 * len(batch)), "ties must exist"
     live = {c.id for c in batch if not completed_by(c, cut)}
     assert {i for i in live if result.candidates[i].halted_round != 0} == kept_by_hand & live
     # the analysis' best-survives check runs the same rule: a tied candidate at the cutoff survives
-    tied = next(c for c, s in zip(batch, scores) if s == cut.cutoff)
+    tied = next(c for c, s in zip(batch, scores) if s == cut.rule["cutoff"])
     final = np.array([1.0 if c.id == tied.id else 0.0 for c in batch])
     assert best_survives(np.array(scores), final, alpha)
 

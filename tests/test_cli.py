@@ -68,8 +68,9 @@ def test_adaptive_rejection_from_a_prefix_fit_and_online(generator_dir, prompts_
     for record in read_records(fitted):
         assert record["params"]["rejection"]["fit"] == "study"
         assert {r["rule"]["source"] for r in record["rounds"]} <= {"fit", "interpolated"}
-        for r in record["rounds"]:  # the record says why: the cutoff is the rule's
-            assert r["cutoff"] == r["rule"]["cutoff"] and r["rule"]["delta"] == 0.1
+        for r in record["rounds"]:  # the record says why, in the rule's own part
+            assert set(r) == {"decision_token", "batch_before", "batch_after", "ranked", "rule"}
+            assert r["rule"]["delta"] == 0.1 and r["rule"]["accepted"] >= r["batch_after"]
     for record in read_records(online):  # no fit: the first round falls back to alpha, later ones estimate
         assert record["params"]["rejection"]["fit"] == "online"
         assert record["rounds"][0]["rule"]["source"] == "fixed_alpha_fallback"

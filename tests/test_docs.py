@@ -193,65 +193,80 @@ def test_readme_links_point_to_files_that_exist():
     assert not missing, missing
 
 
-# -- the interface a method is written against (docs/methods.md, "Adding a method") --------------------------
-# (class, how docs/methods.md names its members, the variable the built-in methods hold it in)
-METHOD_INTERFACE = [("specrej.methods.session:Session", "session", "session"),
-                    ("specrej.engine.decoding:Rollout", "rollout", "rollout"),
-                    ("specrej.records.result:Candidate", "candidate", None),
-                    ("specrej.records.result:Round", "Round", None)]
-NOT_FOR_METHODS = re.compile(r"Not for methods[^:]*:(.*?)(?:\n\s*\n|$)", re.DOTALL)
+# -- the interface a method is written against (specrej/methods/surface.py; docs/methods.md, "Adding a method") ---
+# (protocol, how docs/methods.md names its members, the variable the built-in methods hold it in, what implements it)
+METHOD_SURFACE = [("MethodSession", "session", "session", "specrej.methods.session:Session"),
+                  ("Batch", "batch", "rollout", "specrej.methods.session:RolloutBatch")]
 
 
-def public_names(cls) -> dict[str, object]:
-    """{name: the class member, or None for an instance attribute}: the class's public members,
-    dataclass fields and every `self.NAME = ...` of its __init__ (what `dir(instance)` shows)."""
+def protocol_members(protocol) -> set[str]:
+    """A typing.Protocol's members: its attributes (annotations), properties and methods."""
+    names = set(getattr(protocol, "__annotations__", {}))
+    names |= {name for name, member in vars(protocol).items()
+              if not name.startswith("_") and (callable(member) or isinstance(member, property))}
+    return names
+
+
+def init_attributes(cls) -> set[str]:
+    """Every NAME of a `self.NAME = ...` in the class's __init__ (what an instance has beyond the class)."""
     import ast
-    import dataclasses
     import inspect
     import textwrap
 
-    names = {name: member for name, member in vars(cls).items() if not name.startswith("_")}
-    names.update({f.name: None for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {})
-    if not dataclasses.is_dataclass(cls):
-        init = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
-        targets = [t for node in ast.walk(init) if isinstance(node, (ast.Assign, ast.AnnAssign))
-                   for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
-        elements = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
-        names.update({e.attr: None for e in elements if isinstance(e, ast.Attribute)
-                      and isinstance(e.value, ast.Name) and e.value.id == "self" and not e.attr.startswith("_")})
-    return {name: None if not (callable(m) or isinstance(m, property)) else m for name, m in names.items()}
+    init = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
+    targets = [t for node in ast.walk(init) if isinstance(node, (ast.Assign, ast.AnnAssign))
+               for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
+    elements = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    return {e.attr for e in elements if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)
+            and e.value.id == "self"}
 
 
 def used_by_the_methods(variable: str) -> set[str]:
-    """The names the built-in methods read on `variable` (e.g. `rollout.length`)."""
-    sources = [p.read_text() for p in sorted((ROOT / "specrej" / "methods").glob("*.py")) if p.name != "session.py"]
-    return {name for text in sources for name in re.findall(rf"\b{variable}\.(\w+)", text)}
+    """The attributes the built-in methods' code reads on `variable` (e.g. `rollout.length`): every
+    module of specrej/methods but the package's and the surface's own (its protocol and implementation)."""
+    import ast
+
+    own = ("__init__.py", "surface.py", "session.py", "prompt_run.py")
+    trees = [ast.parse(p.read_text()) for p in sorted((ROOT / "specrej" / "methods").glob("*.py")) if p.name not in own]
+    return {node.attr for tree in trees for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == variable}
 
 
-@pytest.mark.parametrize(("target", "prefix", "variable"), METHOD_INTERFACE)
-def test_every_name_a_method_may_use_is_documented(target, prefix, variable):
-    """Each public name of the session, a rollout, a candidate and a round is either the method's
-    (a docstring of its own for a call or property, named in the class docstring for an attribute or
-    field, and a row of docs/methods.md's tables) or named in the class docstring's "Not for methods"
-    paragraph; the built-in methods use only the former."""
+@pytest.mark.parametrize(("protocol_name", "prefix", "variable", "implementation"), METHOD_SURFACE)
+def test_the_method_surface_is_one_protocol_documented_implemented_and_all_the_methods_use(
+        protocol_name, prefix, variable, implementation):
+    """Every member of the surface's protocol is a row of docs/methods.md's tables and is there on
+    the class that implements it; the built-in methods use nothing on it beyond the protocol."""
     import importlib
 
-    module, name = target.split(":")
-    cls = getattr(importlib.import_module(module), name)
-    docstring = cls.__doc__ or ""
-    internal = set(re.findall(r"`(\w+)`", "".join(NOT_FOR_METHODS.findall(docstring))))
+    from specrej.methods import surface
+
+    members = protocol_members(getattr(surface, protocol_name))
     page = (ROOT / "docs" / "methods.md").read_text()
-    names = public_names(cls)
-    assert not internal - set(names), f"{name}'s docstring names no such members: {sorted(internal - set(names))}"
-    for member_name, member in sorted(names.items()):
-        if member_name in internal:
-            continue
-        if member is None:
-            assert f"`{member_name}`" in docstring, f"{name}.{member_name}: name and describe it in {name}'s docstring"
-        else:
-            function = member.fget if isinstance(member, property) else member
-            assert function.__doc__, f"{name}.{member_name}: no docstring"
-        assert f"`{prefix}.{member_name}" in page, f"docs/methods.md does not list `{prefix}.{member_name}`"
-    if variable:
-        misused = used_by_the_methods(variable) & internal
-        assert not misused, f"the built-in methods use {name}'s book-keeping {sorted(misused)}: document it for methods"
+    assert members
+    undocumented = sorted(m for m in members if f"`{prefix}.{m}" not in page)
+    assert not undocumented, f"docs/methods.md does not list {undocumented}"
+    module, name = implementation.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    missing = sorted(m for m in members if not hasattr(cls, m) and m not in init_attributes(cls))
+    assert not missing, f"{name} does not implement {missing}"
+    beyond = used_by_the_methods(variable) - members
+    assert not beyond, f"the built-in methods use {sorted(beyond)} on {variable}, which {protocol_name} does not offer"
+
+
+@pytest.mark.parametrize("record_class", ["Candidate", "Round"])
+def test_every_field_of_the_records_a_method_writes_is_documented(record_class):
+    """Each field of a candidate and a round is named in its class docstring and in a row of
+    docs/methods.md's tables."""
+    import dataclasses
+
+    from specrej.methods import surface
+
+    cls = getattr(surface, record_class)
+    prefix = "candidate" if record_class == "Candidate" else "Round"
+    page = (ROOT / "docs" / "methods.md").read_text()
+    names = [f.name for f in dataclasses.fields(cls)] + [n for n, m in vars(cls).items()
+                                                         if isinstance(m, property)]
+    for field_name in names:
+        assert f"`{field_name}`" in (cls.__doc__ or ""), f"{record_class}.{field_name}: name it in the docstring"
+        assert f"`{prefix}.{field_name}" in page, f"docs/methods.md does not list `{prefix}.{field_name}`"

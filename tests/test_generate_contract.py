@@ -35,8 +35,7 @@ OUTSIDE_METHODS = textwrap.dedent('''
         rollout = session.start(params.n, 4)
         session.step(rollout)
         session.step(rollout)
-        session.live(rollout)
-        session.halt(rollout, list(session.candidates), 0)
+        session.halt(session.candidates, 0)
         return {"n": params.n}
 
 

@@ -40,3 +40,18 @@ def test_declarations_and_records_import_without_torch():
             "print(','.join(specrej.methods.built_in()), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.split() == [",".join(built_in()), "False"]
+
+
+def test_a_built_in_method_imports_only_the_method_surface():
+    """A method is written against specrej/methods/surface.py alone: every module of specrej/methods
+    but the surface and its implementation (the session, and prompt_run, which runs a method in one)
+    imports nothing of the project beyond specrej.methods and specrej.errors: no engine, record,
+    reward or run module."""
+    mods = modules(ROOT / "specrej")
+    allowed = {name for name in mods if name == "specrej.methods" or name.startswith("specrej.methods.")}
+    allowed |= {"specrej", "specrej.errors"}
+    implementation = {"specrej.methods.session", "specrej.methods.surface", "specrej.methods.prompt_run"}
+    reaches = {name: sorted(imports(name, path, set(mods)) - allowed) for name, path in mods.items()
+               if name in allowed - implementation}
+    assert {name for name in reaches} >= {"specrej.methods.sr", "specrej.methods.st_bon", "specrej.methods.deepconf"}
+    assert {name: found for name, found in reaches.items() if found} == {}

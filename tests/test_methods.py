@@ -132,7 +132,7 @@ def test_a_method_from_outside_the_project_runs_through_the_cli(generator_dir, p
             assert decision["decision_token"] == 4 and len(halted) == decision["batch_before"] - 2
             # the two best prefixes went on: every halted prefix scores at most the lowest kept one
             assert all(c["num_tokens"] == 4 for c in halted)
-            assert all(c["text"].count("e") / max(1, len(c["text"])) <= decision["cutoff"] for c in halted)
+            assert all(c["text"].count("e") / max(1, len(c["text"])) <= decision["rule"]["cutoff"] for c in halted)
     # its parameters are checked by its own declaration
     assert generate(generator_dir, prompts_file, tmp_path / "bad.jsonl", "--method",
                     "python:outside_method:PREFIX_TOP_K", "--param", "n=0") == 2
@@ -187,7 +187,7 @@ def test_random_halting_sr_follows_srs_schedule_with_random_rows(generator_dir, 
         assert record["rounds"], "the budget forces rounds"
         for rnd_round in record["rounds"]:
             assert rnd_round["rule"]["rule"] == "random"
-            assert rnd_round["accepted"] == num_kept(rnd_round["ranked"], 0.5)  # exactly the alpha cut's size
+            assert rnd_round["rule"]["accepted"] == num_kept(rnd_round["ranked"], 0.5)  # exactly the alpha cut's size
         # which rows went on: not always the best-scoring ones
         for index in range(len(record["rounds"])):
             scored = [(c["round_scores"][index], c["halted_round"] != index) for c in record["candidates"]

@@ -238,17 +238,11 @@ class Rollout:
     `collect_layer_states` set, each step also keeps its rows' every-layer states of the token it
     fed (`layer_states`, [num_layer_states, rows, hidden]); off, the decode loop does no extra work.
 
-    What a method reads (docs/methods.md lists each; rows are the live rows, in one order):
-    `length` (tokens sampled per live row), `num_rows`, `candidate_ids` ([rows], each row's
-    `Candidate.id`), `tokens` and `logprobs` ([rows, max_new_tokens], each row's sampled tokens and
-    their log-probs, valid up to `length`), `needs_room`, `sampled_ids` and `top_logprobs` (the last
-    step's rows as they sampled, finished ones included, and with `top_k_logprobs` their k largest
-    log-probs [rows, k]), `layer_states` and `collect_layer_states` (set it False to stop collecting).
-
-    Not for methods (the session drives them): `step`, `partial_outputs`, `halt`, `relayout`,
-    `release`, `released`, `model`, `params`, `generator`, `stop_token_ids`, `sample_chunk_rows`,
-    `decode_chunk_bytes`, `cache`, `hidden`, `tokens_generated`, `tokens_fed`,
-    `positions_attended`, `top_k_logprobs`.
+    A method sees a rollout only through `methods.session.RolloutBatch` (`methods.surface.Batch`):
+    `length`, `num_rows`, `needs_room`, `candidate_ids` ([rows], each row's candidate id), `tokens`
+    and `logprobs` ([rows, max_new_tokens], valid up to `length`), `sampled_ids` and `top_logprobs`
+    (the last step's rows as they sampled, and with `top_k_logprobs` their k largest log-probs) and
+    `layer_states`; the session drives the rest.
     """
 
     def __init__(self, model: ForwardPass, prompt: PrefilledPrompt, rows: int, max_len: int,

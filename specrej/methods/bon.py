@@ -8,10 +8,10 @@ from .base import Display, Method, Param
 from .registry import register
 
 if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
-    from .session import Session
+    from .surface import MethodSession
 
 
-def best_of_n(session: Session, params) -> dict:
+def best_of_n(session: MethodSession, params) -> dict:
     """Sample n responses in batches (the largest that fits the memory budget unless given),
     each batch's cache freed before the next is allocated; every complete response is scored
     (`Session.finish`) and the best is the answer."""

@@ -46,14 +46,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import SpecrejError
-from ..records.result import Round
 from .base import Display, Method, Param
 from .registry import register
+from .surface import Round
 
 if TYPE_CHECKING:  # the module stays torch-free at import: the workflow reads its declaration
     import torch
 
-    from .session import Session
+    from .surface import MethodSession
 
 
 def token_confidence(top_logprobs: torch.Tensor) -> torch.Tensor:
@@ -118,9 +118,9 @@ def most_confident(lowest_by_id: dict[int, float]) -> int:
     return min(lowest_by_id, key=lambda cid: (-lowest_by_id[cid], cid))
 
 
-def _sample(session: Session, rows: int, k: int, confidences: TraceConfidences, decision: int):
+def _sample(session: MethodSession, rows: int, k: int, confidences: TraceConfidences, decision: int) -> None:
     """One batch of `rows` traces to the end, each step's token confidences observed; rows
-    the observer names are halted by round `decision`. Returns the batch's rollout."""
+    the observer names are halted by round `decision`."""
     max_new_tokens = session.sampling.max_new_tokens
     rollout = session.start(rows, max_new_tokens, top_logprobs=k)
     while rollout.num_rows:
@@ -131,12 +131,10 @@ def _sample(session: Session, rows: int, k: int, confidences: TraceConfidences, 
         ids = rollout.sampled_ids.tolist()
         to_stop = confidences.observe(ids, token_confidence(rollout.top_logprobs).tolist())
         if to_stop:
-            session.live(rollout)  # the stopped traces' tokens so far, for the record
-            session.halt(rollout, [session.candidates[cid] for cid in to_stop], decision)
-    return rollout
+            session.halt([session.candidates[cid] for cid in to_stop], decision)
 
 
-def deepconf(session: Session, params) -> dict:
+def deepconf(session: MethodSession, params) -> dict:
     """DeepConf online for one prompt: the warm-up traces in batches, the threshold, the later
     traces in batches with their early stops, then the choice. One round records it all."""
     n, n_init, window, k = params.n, params.n_init, params.window, params.k
@@ -146,26 +144,24 @@ def deepconf(session: Session, params) -> dict:
 
     warmup = TraceConfidences(window)
     for start in range(0, n_init, batch_size):
-        last = _sample(session, min(batch_size, n_init - start), k, warmup, decision)
+        _sample(session, min(batch_size, n_init - start), k, warmup, decision)
     warmup_ids = sorted(warmup.confidences)
     warmup_lowest = [warmup.lowest(cid) for cid in warmup_ids]
     bar = threshold(warmup_lowest, params.eta)
 
     later = TraceConfidences(window, stop_below=bar)
     for start in range(0, n - n_init, batch_size):
-        last = _sample(session, min(batch_size, n - n_init - start), k, later, decision)
+        _sample(session, min(batch_size, n - n_init - start), k, later, decision)
 
     complete = [c for c in session.candidates if c.complete]
     lowest = {cid: warmup.lowest(cid) for cid in warmup_ids} | {cid: later.lowest(cid) for cid in later.confidences}
     chosen = None
     if params.select == "confidence" and complete:
         chosen = most_confident({c.id: lowest[c.id] for c in complete})
-        # the others leave the final set (halt on the last batch, still allocated, touches no row of it)
-        session.halt(last, [c for c in complete if c.id != chosen], decision)
+        session.halt([c for c in complete if c.id != chosen], decision)  # the others leave the final set
     later_tokens = sum(len(v) for v in later.confidences.values())
     session.record_round(Round(
-        decision_token=window, batch_before=n - n_init, batch_after=n - n_init - len(later.stopped_at), ranked=0,
-        kept=len(complete), accepted=len(complete), cutoff=None, memory_guard_halted=0, rule={
+        decision_token=window, batch_before=n - n_init, batch_after=n - n_init - len(later.stopped_at), rule={
             "rule": "deepconf", "select": params.select, "threshold": bar, "chosen": chosen,
             "lowest_group_confidence": {str(cid): lowest[cid] for cid in sorted(lowest)},
             "stopped_at": {str(cid): t for cid, t in sorted(later.stopped_at.items())},

@@ -55,12 +55,12 @@ import numpy as np
 from scipy import integrate, optimize
 
 from ..errors import SpecrejError
-from ..records.result import Round
 from .base import Display, Method, Param
 from .registry import register
+from .surface import Round
 
 if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
-    from .session import Session
+    from .surface import MethodSession
 
 TAU_LOW, TAU_HIGH = 0.001, 0.99  # the official search interval for the fair cap
 SCALE_FLOOR = 1e-4  # times the median strength
@@ -198,7 +198,7 @@ def replay(rewards: Sequence[float], **rule) -> PandoraStopping:
     return stopping
 
 
-def pandora_best_of_n(session: Session, params) -> dict:
+def pandora_best_of_n(session: MethodSession, params) -> dict:
     """Rounds of responses sampled to the end and scored; the rule read over them one at a time;
     the responses drawn beyond its stop leave the final set. One round records the decision."""
     stopping = PandoraStopping(n_max=params.n, cost=params.cost, delta=params.delta, min_open=params.min_open,
@@ -223,11 +223,10 @@ def pandora_best_of_n(session: Session, params) -> dict:
                 break
     unopened = session.candidates[stopping.opened:]
     if unopened:
-        session.halt(rollout, unopened, decision)
+        session.halt(unopened, decision)
     last = stopping.history[-1] if stopping.history else {}
     session.record_round(Round(
-        decision_token=max_new_tokens, batch_before=drawn, batch_after=stopping.opened, ranked=drawn,
-        kept=stopping.opened, accepted=stopping.opened, cutoff=None, memory_guard_halted=0, rule={
+        decision_token=max_new_tokens, batch_before=drawn, batch_after=stopping.opened, ranked=drawn, rule={
             "rule": "pandora", "cost": params.cost, "best_index": stopping.best_index,
             "index": stopping.history,
             "measures": {"rounds": rounds, "samples_drawn": drawn, "samples_opened": stopping.opened,

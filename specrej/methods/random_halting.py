@@ -20,7 +20,7 @@ from .registry import register
 from .sr import ALPHA, schedule_params, speculative_rejection
 
 if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
-    from .session import Session
+    from .surface import MethodSession
 
 
 class RandomCut:
@@ -47,7 +47,7 @@ class RandomCut:
         return {"rule": "random", "alpha": self.alpha, "seed": self.seed}
 
 
-def run(session: Session, params) -> dict:
+def run(session: MethodSession, params) -> dict:
     return speculative_rejection(session, params, RandomCut(params.alpha, session.seed))
 
 

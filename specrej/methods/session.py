@@ -1,6 +1,6 @@
 """One prompt's run, as every method sees it: the `Session` does the book-keeping (candidates,
 the KV budget, batches, scoring, halting, decisions, timers, FLOPs, out-of-memory typing) as
-the work happens, and a method only decides (`Method.run(session, params)`). `run_method` runs a
+the work happens, and a method only decides (`Method.run(session, params)`). `prompt_run.run_method` runs a
 method on one prompt: memory measurement around it, and out-of-memory retries with half the
 batch. The `Result` it returns becomes the trajectory record (`Result.to_record`,
 specrej/records/result.py), whose params `record_params` builds, here alone.
@@ -8,19 +8,15 @@ specrej/records/result.py), whose params `record_params` builds, here alone.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
-import os
 import time
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 
 import torch
 
-from ..engine.budget import PeakMemory, TokenBudget, default_memory_budget, format_size, token_capacity
+from ..engine.budget import TokenBudget, default_memory_budget, format_size, token_capacity
 from ..engine.decoding import Rollout, RowOutput, decode_rollout, make_room, prefill
 from ..engine.sampling import SamplingParams
 from ..engine.work_clock import WorkClock
@@ -73,22 +69,60 @@ class FlopShapes:
     reward: flops.ModelShape | None
 
 
+class RolloutBatch:
+    """A batch as a method sees it (`surface.Batch`): read-only views of the engine's `Rollout`,
+    which the session alone drives."""
+
+    __slots__ = ("rollout",)
+
+    def __init__(self, rollout: Rollout):
+        self.rollout = rollout
+
+    @property
+    def length(self) -> int:
+        return self.rollout.length
+
+    @property
+    def num_rows(self) -> int:
+        return self.rollout.num_rows
+
+    @property
+    def needs_room(self) -> bool:
+        return self.rollout.needs_room
+
+    @property
+    def candidate_ids(self) -> torch.Tensor:
+        return self.rollout.candidate_ids
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        return self.rollout.tokens[:, :self.rollout.length]
+
+    @property
+    def logprobs(self) -> torch.Tensor:
+        return self.rollout.logprobs[:, :self.rollout.length]
+
+    @property
+    def sampled_ids(self) -> torch.Tensor | None:
+        return self.rollout.sampled_ids
+
+    @property
+    def top_logprobs(self) -> torch.Tensor | None:
+        return self.rollout.top_logprobs
+
+    @property
+    def layer_states(self) -> torch.Tensor | None:
+        return self.rollout.layer_states
+
+
 class Session:
-    """One prompt's run. A method starts batches (`start`), decodes (`decode`, `step`), scores
-    (`score_partial`, `score_final`), halts rows (`halt`) and records its decisions
-    (`record_round`); the session keeps the candidates, the budget, the timers and the counts.
-    Every complete candidate left without a final score is scored when the run finishes.
-
-    What a method reads (docs/methods.md lists each): `prompt` (the prompt's text), `prompt_ids`
-    (its token ids, rendered as the generator reads it), `sampling` (the `SamplingParams`), `seed`
-    (the prompt's seed: draw a method's own randomness from it), `engine` (the generator's `Engine`),
-    `reward` (the `Reward`), `memory_budget` (the KV budget in bytes), `budget` (the `TokenBudget`
-    of generated-token slots it gives), `candidates` (every `Candidate` started, indexed by its id)
-    and `rounds` (the `Round`s recorded so far).
-
-    Not for methods (the session's own book-keeping): `finish`, `first_batch`, `started`,
-    `shapes`, `generator`, `rollouts`, `prefilled`, `max_rows`, `extra_bytes`, `clock`,
-    `scored_lengths`, `warned_nonfinite`."""
+    """One prompt's run: the implementation of `surface.MethodSession`, the whole of what a method
+    uses (docs/methods.md lists each). A method starts batches (`start`), decodes (`decode`,
+    `step`), scores (`score_partial`, `score_final`), halts candidates (`halt`) and records its
+    decisions (`record_round`); the session keeps the candidates, the budget, the timers and the
+    counts. Every complete candidate left without a final score is scored when the run finishes.
+    Its other members (`engine`, `reward`, `budget`, `finish`, `rollouts`, the counters) are the
+    session's own book-keeping."""
 
     @_typed_out_of_memory
     def __init__(self, engine, reward: Reward, prompt: str, sampling: SamplingParams, seed: int,
@@ -157,13 +191,13 @@ class Session:
     # -- batches and decoding ---------------------------------------------------------------
     @_typed_out_of_memory
     def start(self, rows: int, max_len: int | None = None, *, layer_states: bool = False,
-              top_logprobs: int = 0) -> Rollout:
+              top_logprobs: int = 0) -> RolloutBatch:
         """A batch of `rows` new candidates sampling from the prompt, each with room for `max_len`
         tokens (default: as much as the budget gives each, at most max_new_tokens). The prompt is
         prefilled once, at the first batch. An earlier batch's cache is freed first: start a batch
         once the one before is done. `layer_states`: each step keeps its rows' every-layer states
-        (`Rollout.layer_states`); `top_logprobs` k: each step keeps the k largest log-probs of every
-        row's distribution (`Rollout.top_logprobs`)."""
+        (`Batch.layer_states`); `top_logprobs` k: each step keeps the k largest log-probs of every
+        row's distribution (`Batch.top_logprobs`)."""
         self._release()
         if self.prefilled is None:
             with self.clock.measure("generate"):
@@ -178,42 +212,52 @@ class Session:
                                       top_k_logprobs=top_logprobs)
         rollout.collect_layer_states = layer_states
         self.rollouts.append(rollout)
-        return rollout
+        return RolloutBatch(rollout)
 
     @_typed_out_of_memory
-    def decode(self, rollout: Rollout, until: Iterable[int] = ()) -> list[Candidate]:
+    def decode(self, batch: RolloutBatch, until: Iterable[int] = ()) -> list[Candidate]:
         """Decode until every row is complete, the next token would not fit the budget (rows left
         live: memory ran short), or the length reaches one in `until` beyond the current one; the
         candidates completed on the way are returned."""
+        rollout = batch.rollout
         with self.clock.measure("generate"):
             finished = decode_rollout(rollout, self.budget, set(until) - {rollout.length})
         return self._complete(finished)
 
-    def make_room(self, rollout: Rollout) -> bool:
-        """The rollout's next step fits the budget (its rows are re-laid out if that is needed)."""
-        return make_room(rollout, self.budget)
+    def make_room(self, batch: RolloutBatch) -> bool:
+        """The batch's next step fits the budget (its rows are re-laid out if that is needed)."""
+        return make_room(batch.rollout, self.budget)
 
     @_typed_out_of_memory
-    def step(self, rollout: Rollout) -> list[Candidate]:
+    def step(self, batch: RolloutBatch) -> list[Candidate]:
         """One token for every live row (the next step must fit: `make_room`); the candidates it
         completed are returned."""
-        if not self.make_room(rollout):
-            raise SpecrejError(f"no room for token {rollout.length + 1} of {rollout.num_rows} rows in the KV budget")
+        if not self.make_room(batch):
+            raise SpecrejError(f"no room for token {batch.length + 1} of {batch.num_rows} rows in the KV budget")
         with self.clock.measure("generate"):
-            finished = rollout.step()
+            finished = batch.rollout.step()
         return self._complete(finished)
 
-    def live(self, rollout: Rollout) -> list[Candidate]:
-        """The rollout's live rows' candidates, with their responses so far."""
+    def stop_layer_states(self, batch: RolloutBatch) -> None:
+        """Later steps of the batch keep no every-layer states."""
+        batch.rollout.collect_layer_states = False
+
+    def live(self, batch: RolloutBatch) -> list[Candidate]:
+        """The batch's live rows' candidates, their responses brought up to date."""
+        rollout = batch.rollout
         self._update(rollout.partial_outputs(), complete=False)
         return [self.candidates[i] for i in rollout.candidate_ids.tolist()]
 
-    def halt(self, rollout: Rollout, candidates: Sequence[Candidate], round_index: int) -> None:
-        """Halt these candidates by decision `round_index`: a live row leaves the rollout now (its
-        KV row is freed by compaction), a complete response leaves the final set."""
+    def halt(self, candidates: Iterable[Candidate], round_index: int) -> None:
+        """Halt these candidates by decision `round_index`: a live row leaves its batch now (its KV
+        row is freed by compaction; its response so far is kept), a complete response leaves the
+        final set."""
+        candidates = list(candidates)
+        live_ids = [c.id for c in candidates if not c.complete and c.halted_round is None]
+        if live_ids:
+            self._update(self._current_rollout().halt(live_ids), complete=False)
         for c in candidates:
             c.halted_round, c.complete = round_index, False
-        rollout.halt(c.id for c in candidates)
 
     def record_round(self, decision: Round) -> int:
         """Add a decision to the record; returns its index (the round a halt names)."""
@@ -227,7 +271,11 @@ class Session:
     # -- scoring ----------------------------------------------------------------------------
     @_typed_out_of_memory
     def score_partial(self, candidates: Sequence[Candidate]) -> list[float]:
-        """The reward of each candidate's response so far (live rows: call `live` first)."""
+        """The reward of each candidate's response as it is now (a live row's so far)."""
+        rollout = self._current_rollout(required=False)
+        if rollout is not None and any(c.num_tokens != rollout.length for c in candidates
+                                       if not c.complete and c.halted_round is None):
+            self._update(rollout.partial_outputs(), complete=False)
         return self._score(candidates)
 
     @_typed_out_of_memory
@@ -305,6 +353,13 @@ class Session:
             c.text, c.token_ids, c.token_logprobs = text, out.token_ids, out.token_logprobs
             c.finished, c.complete = out.stopped, complete
 
+    def _current_rollout(self, required: bool = True) -> Rollout | None:
+        """The batch now sampling (the last started; an earlier one is released when a batch starts)."""
+        rollout = self.rollouts[-1] if self.rollouts and not self.rollouts[-1].released else None
+        if rollout is None and required:
+            raise SpecrejError("no batch is sampling: start one before halting live rows")
+        return rollout
+
     def _release(self) -> None:
         for rollout in self.rollouts:
             if not rollout.released:
@@ -329,61 +384,3 @@ def record_params(method_params: Mapping = MappingProxyType({}), session: Sessio
             params["compiled"] = True
     params.update(run_params)
     return params
-
-
-def flop_shapes(engine, reward: Reward) -> FlopShapes | None:
-    """The generator's and the reward model's shapes, or None (with a warning) for a model whose
-    shape the FLOP count cannot read."""
-    try:
-        reward_model = getattr(reward, "model", None)  # a sequence-classification reward model's own network
-        return FlopShapes(flops.ModelShape.from_config(engine.config),
-                          None if reward_model is None else flops.ModelShape.from_config(reward_model.config))
-    except (ValueError, TypeError, AttributeError, KeyError) as error:
-        warnings.warn(f"no FLOP count for these runs ({error})", stacklevel=2)
-        return None
-
-
-def measure_memory_default(device: torch.device) -> bool:
-    """Measure the peak memory of each prompt's run? SPECREJ_MEASURE_MEMORY (1 / 0) if set, else on
-    for CUDA (the allocator's statistics cost nothing) and off on CPU (budget.StorageTracker
-    intercepts every op: about 10-20 % more time for 16-64 rows of SmolLM2, which would bias timings)."""
-    setting = os.environ.get("SPECREJ_MEASURE_MEMORY", "").strip()
-    return setting not in ("0", "false") if setting else device.type == "cuda"
-
-
-def run_method(method, params, engine, reward: Reward, prompt: str, *, sampling: SamplingParams = SamplingParams(),
-               seed: int = 0, memory_budget: int | None = None, measure_memory: bool | None = None,
-               shapes: FlopShapes | None = None, run_params: Mapping = MappingProxyType({})) -> Result:
-    """`method` (a `Method`) with its checked `params` on one prompt. Out of memory (CUDA, or the
-    host) in a batch of the method's `batch_param` (Best-of-N: the same n in more batches; SR: half
-    the initial batch), the prompt runs again from the start with half that batch, until a batch of
-    one fails too; `Result.retries` counts the retries and the batch that succeeded is in its
-    params. Responses are never cut short to make room. `measure_memory`: see
-    `measure_memory_default` (None: that default); `run_params`: the run's part of the result's
-    params (`record_params`)."""
-    if measure_memory is None:
-        measure_memory = measure_memory_default(engine.device)
-    retries = 0
-    while True:
-        try:
-            meter = PeakMemory(engine.device) if measure_memory else None
-            with meter or contextlib.nullcontext():
-                session = Session(engine, reward, prompt, sampling, seed, memory_budget, shapes)
-                recorded = method.run(session, params)
-                result = session.finish(method.record_method or method.name, recorded, run_params)
-            result.measured_peak_bytes = meter.peak_bytes if meter else None
-            result.retries = retries
-            return result
-        except BatchOutOfMemory as error:
-            failure = error  # leaving the except block drops the failed attempt's frames (its tensors)
-        session = None
-        gc.collect()
-        if engine.device.type == "cuda":
-            torch.cuda.empty_cache()
-        if method.batch_param is None or not failure.rows or failure.rows <= 1:
-            where = "before any row was sampled" if not failure.rows else f"with a batch of {failure.rows}"
-            raise SpecrejError(f"out of memory {where} ({failure.detail})")
-        params = params.replace(**{method.batch_param: failure.rows // 2})
-        retries += 1
-        warnings.warn(f"out of memory with a batch of {failure.rows} ({failure.detail}); retrying the prompt with "
-                      f"{failure.rows // 2}", stacklevel=2)

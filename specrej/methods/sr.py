@@ -8,16 +8,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import SpecrejError
-from ..records.result import Candidate, Round
 from .base import Display, Method, Param
 from .cuts import DEFAULT_MAX_INIT_BATCH, AlphaCut, Cut
 from .registry import register
+from .surface import Candidate, Round
 
 if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
-    from .session import Session
+    from .surface import Batch, MethodSession
 
 
-def speculative_rejection(session: Session, params, cut: Cut) -> dict:
+def speculative_rejection(session: MethodSession, params, cut: Cut) -> dict:
     """Algorithm 1. b_init (unless given, `params.batch_size`) is as many rows as the budget holds
     for `min_tokens` tokens each, at most `max_init_batch`. Generate until the KV cache would
     overflow the budget: that step is the decision token. Score the batch (live rows and the
@@ -44,16 +44,16 @@ def speculative_rejection(session: Session, params, cut: Cut) -> dict:
                                        dict(zip(ids, cut.priority(ids, scores))), room)
         index = session.record_round(Round(
             decision_token=rollout.length, batch_before=rollout.num_rows, batch_after=len(going_on), ranked=len(batch),
-            kept=why.get("kept", sum(accept)), accepted=sum(accept), cutoff=why["cutoff"],
-            memory_guard_halted=len(guard), rule=why))
+            rule={**why, "kept": why.get("kept", sum(accept)), "accepted": sum(accept),
+                  "memory_guard_halted": len(guard)}))
         going_on_ids = {c.id for c in going_on}
-        session.halt(rollout, [c for c in batch if not c.complete and c.id not in going_on_ids], index)
+        session.halt([c for c in batch if not c.complete and c.id not in going_on_ids], index)
     return {"alpha": params.alpha, "init_batch_size": b_init, "max_init_batch": params.max_init_batch,
             "min_tokens": params.min_tokens, "decision_tokens": sorted(set(params.decision_tokens)),
             "rejection": cut.describe()}
 
 
-def round_batch(session: Session, rollout) -> list[Candidate]:
+def round_batch(session: MethodSession, rollout: Batch) -> list[Candidate]:
     """Eq. 3's batch, best first: the live rows' partial responses and the responses completed
     since the last round (scored once, at their final length: that score is their partial one)."""
     live = session.live(rollout)
@@ -92,7 +92,7 @@ ALPHA = Param("alpha", "float", required=True, low=0, high=1, high_open=True, fl
               help="the fraction of responses halted at each decision token, in [0, 1)")
 
 
-def run(session: Session, params) -> dict:
+def run(session: MethodSession, params) -> dict:
     return speculative_rejection(session, params, AlphaCut(params.alpha))
 
 

@@ -13,7 +13,7 @@ from .registry import register
 from .sr import schedule_params, speculative_rejection
 
 if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
-    from .session import Session
+    from .surface import MethodSession
 
 
 def read_fit(path: str) -> dict:
@@ -28,7 +28,7 @@ def read_fit(path: str) -> dict:
         raise SpecrejError(f"--fit {path}: cannot fit from it ({error})") from error
 
 
-def run(session: Session, params) -> dict:
+def run(session: MethodSession, params) -> dict:
     # a fresh rule per prompt: its online estimate is per prompt (and per out-of-memory retry)
     cut = AdaptiveCut(params.delta, params.loaded.get("fit"), fallback_alpha=params.alpha)
     return speculative_rejection(session, params, cut)

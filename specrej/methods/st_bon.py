@@ -34,15 +34,14 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import SpecrejError
-from ..records.result import Candidate, Round
 from .base import Display, Method, Param
 from .registry import register
+from .surface import Candidate, Round
 
 if TYPE_CHECKING:  # the module stays torch-free at import: the workflow reads its declaration
     import torch
 
-    from ..engine.decoding import Rollout
-    from .session import Session
+    from .surface import Batch, MethodSession
 
 _NORM_EPS = 1e-8
 _COS_EPS = 1e-7
@@ -135,12 +134,12 @@ class SelfTruncation:
         means = self.sums / self.counts[None, :, None]
         return vote(consistency_scores(coe_features(means)))
 
-    def observe(self, rollout: Rollout, completed: list[Candidate]) -> bool:
+    def observe(self, rollout: Batch, completed: list[Candidate]) -> bool:
         """Take the step just made (`completed`: the candidates it completed); True once the votes
         up to step c + tau - 1 are in."""
         length = rollout.length
         if self.c is None and (any(c.finished for c in completed) or (
-                rollout.num_rows and prefixes_distinct(rollout.tokens[:, :length]))):
+                rollout.num_rows and prefixes_distinct(rollout.tokens))):
             self.c = length
             self.tau, self.stop_step = window(length, self.tau_coeff)
         if rollout.num_rows:
@@ -161,13 +160,13 @@ class SelfTruncation:
                         "stop_step": self.stop_step, "voted_steps": taken, "votes": window_votes, "winner": chosen}
 
 
-def self_truncation_best_of_n(session: Session, params) -> dict:
+def self_truncation_best_of_n(session: MethodSession, params) -> dict:
     """ST-BoN for one prompt: n rows sampled together until the vote (c + tau - 1 tokens, or
     earlier if they all end or the KV budget fills), the winner continued in place to the end
     and scored; the losers are halted by the vote (a loser that had already ended is halted too:
     the final set is the winner alone). The record's one round holds the choice."""
     n = params.n
-    if not session.budget.fits(n, 1):
+    if session.rows_that_fit(1) < n:
         raise SpecrejError(f"ST-BoN's {n} rows do not fit one token each in the memory budget ({session.capacity} "
                            "tokens of KV); lower n or raise the budget")
     rollout = session.start(n, layer_states=True)
@@ -183,16 +182,14 @@ def self_truncation_best_of_n(session: Session, params) -> dict:
                            f"(c = {choice.c}); lower n, raise the budget, or use when_full=vote")
     chosen, rule = choice.decide()
     batch_before, decided_at = rollout.num_rows, rollout.length
-    session.live(rollout)  # the losers' tokens so far, for the record
-    session.halt(rollout, [c for c in session.candidates if c.id != chosen], session.next_round)
+    session.halt([c for c in session.candidates if c.id != chosen], session.next_round)
     session.record_round(Round(
-        decision_token=decided_at, batch_before=batch_before, batch_after=rollout.num_rows, ranked=0, kept=1,
-        accepted=1, cutoff=None, memory_guard_halted=0, rule={
+        decision_token=decided_at, batch_before=batch_before, batch_after=rollout.num_rows, rule={
             **rule, "ended": ended, "state_bytes": choice.state_bytes,
             # per-prompt numbers the study's decisions table summarises over prompts
             "measures": {"c": choice.c, "tau": choice.tau, "c_plus_tau": choice.stop_step, "vote_token": decided_at,
                          "memory_ended": ended == "memory"}}))
-    rollout.collect_layer_states = False
+    session.stop_layer_states(rollout)
     session.decode(rollout)
     return {"n": n, "tau_coeff": params.tau_coeff, "when_full": params.when_full}
 

@@ -6,7 +6,7 @@ Trajectory record (one line per prompt; `Result.to_record` builds it):
   best {candidate_id, text, score, num_tokens},
   candidates [{id, text, token_ids, token_logprobs, num_tokens, finished, complete,
                final_score, halted_round, round_scores}],
-  rounds [{decision_token, batch_before, batch_after, ranked, kept, accepted, cutoff, memory_guard_halted, rule}],
+  rounds [{decision_token, batch_before, batch_after, ranked, rule}],
   timing {total_s, generate_s, score_s, compute_s, compute_clock, threads}, tokens {generated, scored}, peak_kv_bytes,
   measured_peak_bytes, memory_margin_bytes, retries, flops {prefill, generate, reward, total}
 or, for a prompt that failed: prompt_id, prompt, method, params, error; a prompt whose method

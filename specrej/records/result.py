@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 class Candidate:
     """One response of a run, as the session keeps it (`Session.candidates[id]`). Its fields: `id`
     (its index in the run, in the order rows were started), `text`, `token_ids` and
-    `token_logprobs` (the response so far: complete, or up to the last `Session.live`), `finished`,
+    `token_logprobs` (the response: complete, or so far as of the last `live`, `score_partial` or `halt`), `finished`,
     `complete`, `halted_round`, `round_scores` and `final_score` (see each field's comment);
     `num_tokens` is len(token_ids)."""
 
@@ -33,26 +33,17 @@ class Candidate:
 @dataclass
 class Round:
     """One decision of a run, as a method records it (`Session.record_round`) and the record keeps it
-    (`rounds` in the trajectory record). Its fields: `decision_token` (tokens generated per live row
-    at the decision), `batch_before` and `batch_after` (live rows before the cut and going on),
-    `ranked` (the rows eq. 3 ranks: live rows plus the responses completed since the last round; 0
-    when no reward was used), `kept` (the cutoff's rank), `accepted` (the rows scoring at or above
-    the cutoff, ties included), `cutoff` (the score cut at, or None), `memory_guard_halted`
-    (accepted live rows halted because they did not fit the budget) and `rule` (the rule's own
-    record: which rule, why this cutoff; its "measures", flat numbers, feed the decisions table)."""
+    (`rounds` in the trajectory record). Its common part: `decision_token` (tokens generated per live
+    row at the decision), `batch_before` and `batch_after` (live rows before the decision and going
+    on) and `ranked` (the responses the reward scored for it: 0 for a reward-free decision, whose
+    halted rows have no score for it). The rest is the method's own, in `rule`: which rule, why
+    (SR: eq. 4's cutoff, its rank `kept`, the `accepted` rows, the memory guard's halts), and
+    "measures" (flat numbers) that feed the decisions table."""
 
-    decision_token: int  # tokens generated per live row when the round was decided
-    batch_before: int  # live (generating) rows before the cut
-    batch_after: int  # live rows that go on
-    ranked: int  # the batch of eq. 3: live rows and the responses completed since the last round (0: no reward used)
-    # the cutoff's rank: the rows the rule keeps before ties at the cutoff. A rank rule sets it (eq. 4:
-    # ceil((1 - alpha) * ranked)); a rule that cuts at a score (the adaptive cut) has none, so it is
-    # the rows at or above that score, = accepted
-    kept: int
-    accepted: int  # scores >= cutoff (eq. 5): kept plus the ties at the cutoff
-    cutoff: float | None  # r_cut (eq. 4), or the adaptive rule's cutoff; None for a reward-free decision
-    memory_guard_halted: int  # accepted live rows halted anyway because they did not fit the budget
-    # the rule's record: which rule, why this cutoff; "measures" (flat numbers) feed the decisions table
+    decision_token: int
+    batch_before: int
+    batch_after: int
+    ranked: int = 0
     rule: dict = field(default_factory=dict)
 
 

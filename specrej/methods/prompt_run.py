@@ -1,0 +1,80 @@
+"""One prompt through a method: `run_method` runs it in a `session.Session`, with the memory
+measurement around it and out-of-memory retries with half the batch; `flop_shapes` gives the
+session the shapes its FLOP count needs."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import warnings
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import torch
+
+from ..engine.budget import PeakMemory
+from ..engine.sampling import SamplingParams
+from ..errors import SpecrejError
+from ..records import flops
+from ..records.result import Result
+from ..rewards.reward import Reward
+from .session import BatchOutOfMemory, FlopShapes, Session
+
+
+def flop_shapes(engine, reward: Reward) -> FlopShapes | None:
+    """The generator's and the reward model's shapes, or None (with a warning) for a model whose
+    shape the FLOP count cannot read."""
+    try:
+        reward_model = getattr(reward, "model", None)  # a sequence-classification reward model's own network
+        return FlopShapes(flops.ModelShape.from_config(engine.config),
+                          None if reward_model is None else flops.ModelShape.from_config(reward_model.config))
+    except (ValueError, TypeError, AttributeError, KeyError) as error:
+        warnings.warn(f"no FLOP count for these runs ({error})", stacklevel=2)
+        return None
+
+
+def measure_memory_default(device: torch.device) -> bool:
+    """Measure the peak memory of each prompt's run? SPECREJ_MEASURE_MEMORY (1 / 0) if set, else on
+    for CUDA (the allocator's statistics cost nothing) and off on CPU (budget.StorageTracker
+    intercepts every op: about 10-20 % more time for 16-64 rows of SmolLM2, which would bias timings)."""
+    setting = os.environ.get("SPECREJ_MEASURE_MEMORY", "").strip()
+    return setting not in ("0", "false") if setting else device.type == "cuda"
+
+
+def run_method(method, params, engine, reward: Reward, prompt: str, *, sampling: SamplingParams = SamplingParams(),
+               seed: int = 0, memory_budget: int | None = None, measure_memory: bool | None = None,
+               shapes: FlopShapes | None = None, run_params: Mapping = MappingProxyType({})) -> Result:
+    """`method` (a `Method`) with its checked `params` on one prompt. Out of memory (CUDA, or the
+    host) in a batch of the method's `batch_param` (Best-of-N: the same n in more batches; SR: half
+    the initial batch), the prompt runs again from the start with half that batch, until a batch of
+    one fails too; `Result.retries` counts the retries and the batch that succeeded is in its
+    params. Responses are never cut short to make room. `measure_memory`: see
+    `measure_memory_default` (None: that default); `run_params`: the run's part of the result's
+    params (`record_params`)."""
+    if measure_memory is None:
+        measure_memory = measure_memory_default(engine.device)
+    retries = 0
+    while True:
+        try:
+            meter = PeakMemory(engine.device) if measure_memory else None
+            with meter or contextlib.nullcontext():
+                session = Session(engine, reward, prompt, sampling, seed, memory_budget, shapes)
+                recorded = method.run(session, params)
+                result = session.finish(method.record_method or method.name, recorded, run_params)
+            result.measured_peak_bytes = meter.peak_bytes if meter else None
+            result.retries = retries
+            return result
+        except BatchOutOfMemory as error:
+            failure = error  # leaving the except block drops the failed attempt's frames (its tensors)
+        session = None
+        gc.collect()
+        if engine.device.type == "cuda":
+            torch.cuda.empty_cache()
+        if method.batch_param is None or not failure.rows or failure.rows <= 1:
+            where = "before any row was sampled" if not failure.rows else f"with a batch of {failure.rows}"
+            raise SpecrejError(f"out of memory {where} ({failure.detail})")
+        params = params.replace(**{method.batch_param: failure.rows // 2})
+        retries += 1
+        warnings.warn(f"out of memory with a batch of {failure.rows} ({failure.detail}); retrying the prompt with "
+                      f"{failure.rows // 2}", stacklevel=2)
