@@ -78,3 +78,23 @@ def test_two_runs_compute_is_compared_setting_by_setting_and_within_a_run(tmp_pa
     assert compare_run_files.print_compute_report(tmp_path / "before", tmp_path / "after", 0.05)
     assert not compare_run_files.print_compute_report(tmp_path / "before", tmp_path / "after", 0.03)  # bon: 4%
     assert "x1.040  OUTSIDE" in capsys.readouterr().out
+
+
+def test_the_headline_speedup_is_compared_setting_by_setting(tmp_path, capsys):
+    """metrics/headline.csv as the workflow writes it (one row per method and setting, `compute_speedup`,
+    NaN outside the Best-of-N range, `best` marking the method's best setting)."""
+    summary = compute_summary({("bon", "n16"): 1.0, ("sr", "alpha0.5"): 1.5})
+    speedups = {"before": [4.0, 5.0, float("nan")], "after": [4.1, 4.5, float("nan")]}
+    for folder in ("before", "after"):
+        (tmp_path / folder / "metrics").mkdir(parents=True)
+        summary.to_csv(tmp_path / folder / "metrics" / "summary.csv", index=False)
+        pd.DataFrame({"pair": "g / r", "method": ["sr", "sr", "st-bon"], "setting": ["alpha0.5", "alpha0.7", "n32"],
+                      "method_label": ["SR 0.5", "SR 0.7", "ST-BoN 32"], "best": [False, True, True],
+                      "compute_speedup": speedups[folder]}).to_csv(tmp_path / folder / "metrics" / "headline.csv",
+                                                                   index=False)
+    assert not compare_run_files.print_compute_report(tmp_path / "before", tmp_path / "after", 0.05)
+    out = capsys.readouterr().out
+    # by hand: 4.1 / 4.0 = 1.025 (inside 5%), 4.5 / 5.0 = 0.9 (outside); ST-BoN has no speedup in either run
+    assert "SR 0.5" in out and "x1.025\n" in out and "*SR 0.7" in out and "x0.900  OUTSIDE" in out
+    assert "ST-BoN 32" not in out
+    assert compare_run_files.print_compute_report(tmp_path / "before", tmp_path / "after", 0.11)
