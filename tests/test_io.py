@@ -117,3 +117,18 @@ def test_merge_runs_refuses_a_prompt_written_twice(tmp_path):
     write_records(second, [shard_record(2, [0.3], 1.0)] * 2)  # twice in one shard file
     with pytest.raises(SpecrejError, match="holds prompt 7 twice"):
         merge_runs(tmp_path, [second], shards=2)
+
+
+def test_the_merged_setting_is_named_by_the_methods_own_label():
+    """The shards' setting says n=2 each; the merged run's is n=4, labelled by the label it is given
+    (the workflow passes the method's declared `Method.label`), in its place; without one it keeps none."""
+    from specrej.methods import get_method
+
+    setting = {"method": "bon", "params": {"n": 2}, "label": "Bo2", "display": {"name": "Best-of-N"}}
+    shards = [shard_record(seed, [0.1, 0.2], 1.0) for seed in (1, 2)]
+    for shard in shards:
+        shard["params"] = {**shard["params"], "setting": setting}
+    merged = merge_shards(shards, label=get_method("bon").label)["params"]["setting"]
+    assert merged == {"method": "bon", "params": {"n": 4}, "label": "Bo4", "display": {"name": "Best-of-N"}}
+    assert list(merged) == list(setting)  # the record's key order kept
+    assert "label" not in merge_shards(shards)["params"]["setting"]

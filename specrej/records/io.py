@@ -22,7 +22,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -308,7 +308,7 @@ def records_by_prompt(paths: Iterable[str | os.PathLike]) -> list[list[dict]]:
     return list(groups.values())
 
 
-def merge_shards(records: list[dict], all_candidates: bool = False) -> dict:
+def merge_shards(records: list[dict], all_candidates: bool = False, label: Callable[[dict], str] | None = None) -> dict:
     """One Best-of-N record from the records of its k shards (the same prompt, distinct seeds).
 
     The paper runs Bo3840 as 32 GPUs x Bo120: the merged record keeps the best response over
@@ -318,14 +318,18 @@ def merge_shards(records: list[dict], all_candidates: bool = False) -> dict:
     responses the correlation study reads (one large run, subsampled by shard).
     `params.shards` = k and `timing.total_s` is the mean shard time, so shards x total_s (the
     compute of `analysis.metrics`) is the summed shard time. A prompt that failed in any shard
-    becomes an error record naming the shards' errors.
+    becomes an error record naming the shards' errors. `label`: the method's declared label of a
+    setting's params (`Method.label`), which names the merged setting (None: it keeps no label).
     """
     first = records[0]
     params = {**first["params"], "n": sum(r["params"]["n"] for r in records), "shards": len(records),
               "shard_size": first["params"]["n"], "shard_seeds": [r["params"].get("seed") for r in records]}
     if "setting" in params:  # the merged run is Best-of-(total N)
-        setting = params["setting"]
-        params["setting"] = {**setting, "params": {**setting["params"], "n": params["n"]}, "label": f"Bo{params['n']}"}
+        setting = params["setting"] = {**params["setting"], "params": {**params["setting"]["params"], "n": params["n"]}}
+        if label is None:
+            setting.pop("label", None)  # the shard's own would name the wrong N
+        else:
+            setting["label"] = label(setting["params"])
     base = {"prompt_id": first["prompt_id"], "prompt": first["prompt"], "method": first["method"], "params": params}
     errors = [f"shard {k}: {r['error']}" for k, r in enumerate(records) if "error" in r]
     if errors:

@@ -21,6 +21,7 @@ log_to(snakemake.log[0])  # noqa: F821
 import pandas as pd  # noqa: E402
 
 from analysis.correlation import PREFIX_COLUMNS  # noqa: E402
+from specrej.methods import get_method  # noqa: E402
 from specrej.records.io import merge_shards, read_records, records_by_prompt  # noqa: E402
 
 out, params = snakemake.output[0], snakemake.params  # noqa: F821
@@ -28,7 +29,8 @@ shards = list(snakemake.input.trajectories)  # noqa: F821
 trajectories = shards[0]
 records = read_records(trajectories)
 if len(shards) > 1:
-    records = [merge_shards(group, all_candidates=True) for group in records_by_prompt(shards)]
+    records = [merge_shards(group, all_candidates=True, label=get_method(group[0]["method"]).label)
+               for group in records_by_prompt(shards)]
     trajectories = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, dir=os.path.dirname(out)).name
     with open(trajectories, "w", encoding="utf-8") as pooled:
         pooled.writelines(json.dumps(record) + "\n" for record in records)
