@@ -254,8 +254,10 @@ class Session:
         final set."""
         candidates = list(candidates)
         live_ids = [c.id for c in candidates if not c.complete and c.halted_round is None]
-        if live_ids:
-            self._update(self._current_rollout().halt(live_ids), complete=False)
+        if live_ids:  # their responses so far, detokenized only where `live` has not already
+            outputs = self._current_rollout().halt(live_ids)
+            self._update([o for o in outputs if len(o.token_ids) != self.candidates[o.candidate_id].num_tokens],
+                         complete=False)
         for c in candidates:
             c.halted_round, c.complete = round_index, False
 
