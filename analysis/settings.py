@@ -54,7 +54,7 @@ def reference_label(n: float | str) -> str:
     e.g. "Bo16" for Best-of-N); ``n`` may be text already formatted (a count with its interval)."""
     from specrej.methods import built_in
 
-    reference = next(built_in()[name] for name in sorted(_declared_references()))
+    reference = built_in()[min(_declared_references())]
     return reference.label({"n": n if isinstance(n, str) else int(n)})
 
 
