@@ -5,7 +5,7 @@
 RUN_FILE is a run file of the default model (a JSONL of records, e.g. a Best-of-N shard's). For the
 first --prompts records, every candidate's tokens are teacher-forced through the engine in
 bfloat16 (the prompt's prefill, then one `forward_step` per token for all candidates at once),
-once with the eager decode step and once compiled (`--compile on`'s layer halves), and the
+once with the eager decode step and once compiled (`--compile on`'s one-graph step), and the
 log-prob of each next token is compared with the float32 model's (one Hugging Face forward over
 prompt + response). Prints, over all tokens, the absolute differences (mean, median, 90th
 percentile) of eager and compiled from float32 and from each other, and the mean signed
@@ -24,13 +24,11 @@ import torch
 
 from specrej.api import load_engine
 from specrej.engine import decoding
-from specrej.engine.llama import LayerRun
 
 
-def forced_logprobs(forward, run: LayerRun, prompt_ids: list[int], responses: list[list[int]]) -> torch.Tensor:
-    """[responses, longest] log-probs of each response's tokens under `forward` with decode step `run`
-    (positions past a response's end are padding)."""
-    forward.decode_run = run
+def forced_logprobs(forward, prompt_ids: list[int], responses: list[list[int]]) -> torch.Tensor:
+    """[responses, longest] log-probs of each response's tokens under the forward pass `forward`
+    (eager, or compiled) (positions past a response's end are padding)."""
     longest = max(len(r) for r in responses)
     prompt = decoding.prefill(forward, prompt_ids)
     cache = forward.new_cache()
@@ -59,16 +57,15 @@ def main() -> None:
     records = [json.loads(line) for line in lines if line.strip()][: args.prompts]
     engine = load_engine(args.model, dtype="bfloat16", device="cpu")
     reference = load_engine(args.model, dtype="float32", device="cpu").model
-    forward = engine.forward
-    eager = forward.decode_run
-    compiled = forward.compiled_run()
+    eager = engine.forward
+    compiled = type(eager)(engine.model, compile=True)
     diffs = {"eager": [], "compiled": []}
     between = []
     for record in records:
         prompt_ids = engine.encode_prompt(record["prompt"])
         responses = [c["token_ids"] for c in record["candidates"] if c["token_ids"]]
-        forced = {"eager": forced_logprobs(forward, eager, prompt_ids, responses),
-                  "compiled": forced_logprobs(forward, compiled, prompt_ids, responses)}
+        forced = {"eager": forced_logprobs(eager, prompt_ids, responses),
+                  "compiled": forced_logprobs(compiled, prompt_ids, responses)}
         for i, response in enumerate(responses):
             ids = torch.tensor([prompt_ids + response])
             with torch.inference_mode():

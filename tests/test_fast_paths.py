@@ -271,12 +271,12 @@ def test_packed_weights_give_the_bits_of_f_linear(model_dir, model_type):
             assert torch.equal(hidden, plain_hidden)
 
 
-def test_the_compiled_step_matches_eager_with_one_graph_for_every_batch_size(model_dir, prompts_file,
-                                                                             tmp_path, monkeypatch):
+def test_the_compiled_step_matches_eager_with_one_graph_per_row_bucket(model_dir, prompts_file,
+                                                                      tmp_path, monkeypatch):
     """--compile on: the records carry params.compiled and the same tokens as eager (float32: the
-    compiled step differs in the last bits, far from flipping a sampled token); the layer halves
-    compile once each with the batch dimension dynamic (SR's shrinking batch recompiles nothing);
-    a model on the fallback path is refused in one line."""
+    compiled step differs in the last bits, far from flipping a sampled token); SR's batch, shrinking
+    from 12 rows to 6 and as rows finish, runs on one graph per power-of-two row bucket (at most 1, 2,
+    4, 8, 16) and one sampler graph; a model on the fallback path is refused in one line."""
     import torch._dynamo
 
     from specrej.cli.main import main
@@ -301,8 +301,37 @@ def test_the_compiled_step_matches_eager_with_one_graph_for_every_batch_size(mod
         for a, b in zip(e["candidates"], c["candidates"]):
             assert a["final_score"] == pytest.approx(b["final_score"], abs=1e-5)
         batch_sizes |= {r["batch_before"] for r in c["rounds"]} | {r["batch_after"] for r in c["rounds"]}
-    assert len(batch_sizes) >= 2  # the compiled halves ran at several batch sizes...
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # ...on one graph per half
+    assert len(batch_sizes) >= 2  # the compiled step ran at several batch sizes...
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 6  # ...on a graph per bucket, and the sampler's
     with pytest.raises(SpecrejError, match="only the engine's own forward passes compile"):
         resolve_compile("on", fast_path=False, device=torch.device("cpu"))
     assert resolve_compile("auto", fast_path=True, device=torch.device("cpu")) is False
+
+
+@pytest.mark.parametrize("model_type", MODELS)
+def test_the_static_step_gives_eager_tokens_across_buckets_and_windows(model_dir, model_type):
+    """The compiled step over the whole preallocated cache, masked (Gemma 3's sliding windows too:
+    the prompt is longer than the window), gives the eager step's tokens in float32 at batch sizes
+    that pad to a bucket (5 rows: chunks of 4 and 1; 16: one bucket) while a third of the rows are
+    halted mid-way; hidden states within float32 rounding."""
+    engine = engine_for(model_dir, model_type, "float32")
+    compiled = copy.copy(engine)
+    compiled.forward = type(engine.forward)(engine.model, compile=True)
+    prompt_ids = engine.encode_prompt(PROMPT * 3)
+    assert len(prompt_ids) > SLIDING_WINDOW
+    for rows in (5, 16):
+        for (tokens, _, hidden), (c_tokens, _, c_hidden) in zip(
+                run_rows(engine, prompt_ids, rows), run_rows(compiled, prompt_ids, rows), strict=True):
+            assert torch.equal(tokens, c_tokens)
+            assert torch.allclose(hidden, c_hidden, atol=ATOL)
+    assert compiled.forward.compiled_step.buckets == {1, 4, 16}
+
+
+def test_row_chunks_pad_to_a_bucket_where_the_buffer_has_the_rows():
+    from specrej.engine.compiled import row_chunks
+
+    assert row_chunks(0, 11, 16) == [(0, 11, 16)]  # 5 spare rows of the buffer pad it
+    assert row_chunks(0, 16, 16) == [(0, 16, 16)]
+    assert row_chunks(0, 67, 67) == [(0, 64, 64), (64, 2, 2), (66, 1, 1)]  # no spare row: power-of-two chunks
+    assert row_chunks(0, 5, 6) == [(0, 4, 4), (4, 1, 1)]
+    assert row_chunks(8, 3, 16) == [(8, 3, 4)]  # a later chunk of the rows

@@ -160,10 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "models; 'auto' is chat when the tokenizer has a chat template, else plain. Recorded in "
                           "each record's params.prompt_format (chat or plain)")
     gen.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
-                     help="the decode step's layers compiled with torch.compile (the engine's own forward passes "
-                          "only; minutes of compiling per process on a CPU); 'auto' is off on every device today "
-                          "(measured no faster on a CPU once the compile is paid; not yet measured on CUDA: "
-                          "docs/results.md). A compiled run's records carry params.compiled")
+                     help="the decode step as one torch.compile graph over static shapes, one per power-of-two row "
+                          "bucket, with plain sampling compiled too (the engine's own forward passes only; graphs "
+                          "cached in $SPECREJ_CACHE/inductor); 'auto' is off on every device today (on a CPU a "
+                          "study job is too short to pay the compile; not yet measured on CUDA: docs/results.md). "
+                          "A compiled run's records carry params.compiled")
     from ..methods import built_in
 
     gen.add_argument("--method", required=True, metavar="METHOD",

@@ -5,7 +5,9 @@ Layout per layer (gpt-fast style, explicit tensors):
   k/v[layer]         [rows, kv_heads, max_len, head_dim] generated tokens, preallocated
 
 Rows decode in lock-step, so every live row holds the same number of generated tokens
-(`length`); finished or halted rows are pruned out, never masked.
+(`length`); finished or halted rows are pruned out, never masked. Slots not yet written hold
+zeros: the compiled step (`compiled.StaticDecodeStep`) reads the whole buffer and masks them,
+and a masked garbage NaN would still poison its sum.
 """
 
 from __future__ import annotations
@@ -102,8 +104,8 @@ class KVCache:
 
     def allocate(self, rows: int, max_len: int) -> None:
         shape = (rows, self.num_kv_heads, max_len, self.head_dim)
-        self.k = [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
-        self.v = [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
+        self.k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
+        self.v = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
         self.rows, self.length = rows, 0
         self._track()
 
@@ -139,7 +141,7 @@ class KVCache:
         shape = (self.rows, self.num_kv_heads, max_len, self.head_dim)
         for layer in range(self.num_layers):
             for bufs in (self.k, self.v):
-                fresh = torch.empty(shape, dtype=self.dtype, device=self.device)
+                fresh = torch.zeros(shape, dtype=self.dtype, device=self.device)
                 fresh[:, :, : self.length] = bufs[layer][: self.rows, :, : self.length]
                 self._track(transient=fresh.numel() * fresh.element_size())
                 bufs[layer] = fresh

@@ -165,8 +165,13 @@ def sample(model: ForwardPass, hidden: torch.Tensor, params: SamplingParams, gen
     `top_k` > 0 the k largest log-probs of each row's distribution ([rows, k]; else None).
 
     Logits are made `chunk_rows` rows at a time: SR's initial batch can run to thousands of
-    rows, and [rows, vocab] fp32 logits plus the sampler's temporaries would not fit.
+    rows, and [rows, vocab] fp32 logits plus the sampler's temporaries would not fit. A compiled
+    forward pass (`compiled.CompiledDecode`) draws plain samples (no top-k or top-p cut) in one graph.
     """
+    compiled = getattr(model, "compiled_step", None)
+    if compiled is not None and not top_k and params.temperature > 0 and not params.top_k and params.top_p == 1:
+        drawn = [compiled.sample(chunk, params.temperature, generator) for chunk in hidden.split(chunk_rows)]
+        return torch.cat([t for t, _ in drawn]), torch.cat([lp for _, lp in drawn]), None
     tokens, logprobs, tops = [], [], []
     for chunk in hidden.split(chunk_rows):
         logits = model.logits(chunk)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from ..errors import SpecrejError
 from .budget import check_context, kv_bytes_per_token
 from .cache import KVCache, PromptKV
-from .compiled import decode_steps
+from .compiled import CompiledDecode
 from .linear import linear_for
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # the model types LlamaForward runs
@@ -58,7 +58,7 @@ def attend_decode(q, prompt_k, prompt_v, k, v, scale: float) -> torch.Tensor:
 
 class LayerWeights(NamedTuple):
     """One decoder layer's tensors as the layer functions take them: passed in, not read from the
-    module, so that one compiled function serves every layer (`compiled.decode_steps`)."""
+    module, so that one function serves every layer (eager, and in `compiled.StaticDecodeStep`)."""
 
     input_norm: torch.Tensor
     post_attention_norm: torch.Tensor
@@ -103,8 +103,8 @@ def attention_output_and_mlp(x: torch.Tensor, out: torch.Tensor, w: LayerWeights
 
 
 class LayerRun(NamedTuple):
-    """How `LlamaForward._forward` runs the layers: a layer's two halves around attention (eager or
-    compiled), each layer's weights as they take them, and the GEMM they call."""
+    """How `LlamaForward._forward` runs the layers: a layer's two halves around attention, each
+    layer's weights as they take them, and the GEMM they call."""
 
     inputs: Callable  # attention_inputs or a class's own
     output: Callable  # attention_output_and_mlp or a class's own
@@ -120,7 +120,7 @@ class LlamaForward:
     layer_steps = (attention_inputs, attention_output_and_mlp)  # a layer's two halves around attention
 
     def __init__(self, model, compile: bool = False, pack_weights: bool = True):
-        """`compile`: decode runs the layer halves compiled (`compiled.decode_steps`); False: eager.
+        """`compile`: a decode step runs as one compiled graph (`compiled.CompiledDecode`); False: eager.
         `pack_weights`: the eager GEMMs run on packed weights where that is faster (`linear.linear_for`)."""
         config = model.config
         self.model, self.config = model, config
@@ -139,20 +139,14 @@ class LlamaForward:
         self.kv_bytes_per_token = kv_bytes_per_token(len(self.layers), self.num_kv_heads, self.head_dim, self.dtype)
         self.num_layer_states = len(self.layers) + 1  # the embedding output and each layer's
         self._fuse_projections()
-        self.act = self.layers[0].mlp.act_fn  # one module for every layer (one compiled graph, not one per layer)
+        self.act = self.layers[0].mlp.act_fn  # one module for every layer
         linear, prepare = linear_for(self.device, self.dtype, pack_weights)
         self.packed = linear is not F.linear
-        # prefill and eager decode; the lm_head's weight prepared alike
+        # prefill and decode (the compiled step takes the same weights); the lm_head's weight prepared alike
         self.eager_run = LayerRun(*self.layer_steps, self._layer_weights(prepare), linear)
         self.lm_head = (linear, prepare(model.lm_head.weight), model.lm_head.bias)
         self.compiled = compile
-        self.decode_run = self.compiled_run() if compile else self.eager_run
-
-    def compiled_run(self) -> LayerRun:
-        """The layer halves compiled (`compiled.decode_steps`). A compiled graph takes the weights as
-        they are and F.linear: a packed weight would have to be a constant of a frozen graph, and
-        these graphs serve every layer."""
-        return LayerRun(*decode_steps(self.layer_steps), self._layer_weights(lambda weight: weight), F.linear)
+        self.compiled_step = CompiledDecode(self) if compile else None
 
     def _layer_weights(self, prepare: Callable) -> list[LayerWeights]:
         """Per layer, its tensors; the GEMMs' weights as `prepare` makes them for the run's `linear`."""
@@ -250,7 +244,10 @@ class LlamaForward:
         first_row...: writes their k/v into `cache` and returns their hidden states [rows, hidden]
         (`layer_states` [num_layer_states, rows, hidden], if given, receives every layer's).
         A layer whose window starts later (`first_visible`) attends to the tail of the shared prompt
-        KV and of the rows' own KV: every row is at the same position, so the window is a slice."""
+        KV and of the rows' own KV: every row is at the same position, so the window is a slice.
+        Compiled (`compiled_step`), the step is one graph, unless it collects every layer's states."""
+        if self.compiled_step is not None and layer_states is None:
+            return self.compiled_step(cache, tokens, pos, first_row)
         prompt_len = cache.prompt_len
 
         def attend(layer, q, k, v):
@@ -263,7 +260,7 @@ class LlamaForward:
                 k, v = k[:, :, own:], v[:, :, own:]
             return attend_decode(q, prompt_k, prompt_v, k, v, self.scale)
 
-        return self._forward(tokens, prompt_len + pos, attend, self.decode_run, layer_states)
+        return self._forward(tokens, prompt_len + pos, attend, self.eager_run, layer_states)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
