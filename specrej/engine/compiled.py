@@ -77,13 +77,14 @@ def attend_static(q, prompt_k, prompt_v, k, v, prompt_visible, own_visible, scal
     return out.reshape(rows, heads, 1, d)
 
 
-def _as_parameters(value, register):
+def as_parameters(module: torch.nn.Module, value):
     """`value` (a layer's weights: tensors, `PackedWeight`s, None, floats) with every tensor
-    registered as a parameter of the step (so that the graph takes it as an input)."""
+    registered as a parameter of `module` (in `module.params`), so that its graph takes it as an input."""
     if isinstance(value, torch.Tensor):
-        return register(value)
+        module.params.append(torch.nn.Parameter(value.detach(), requires_grad=False))
+        return module.params[-1]
     if isinstance(value, tuple):
-        return type(value)(*(_as_parameters(v, register) for v in value))
+        return type(value)(*(as_parameters(module, v) for v in value))
     return value
 
 
@@ -97,12 +98,7 @@ class StaticDecodeStep(torch.nn.Module):
         self.embed = forward.model.get_input_embeddings()
         self.act = forward.act
         self.params = torch.nn.ParameterList()
-
-        def register(tensor: torch.Tensor) -> torch.Tensor:
-            self.params.append(torch.nn.Parameter(tensor.detach(), requires_grad=False))
-            return self.params[-1]
-
-        self.layer_weights = [_as_parameters(w, register) for w in forward.eager_run.weights]
+        self.layer_weights = [as_parameters(self, w) for w in forward.eager_run.weights]
         self.inputs, self.output = forward.layer_steps
 
     def forward(self, tokens, pos, rotary, first_visible, prompt_k, prompt_v, k, v) -> torch.Tensor:
@@ -138,12 +134,7 @@ class StaticSampler(torch.nn.Module):
         super().__init__()
         _, weight, bias = forward.lm_head
         self.params = torch.nn.ParameterList()
-
-        def register(tensor: torch.Tensor) -> torch.Tensor:
-            self.params.append(torch.nn.Parameter(tensor.detach(), requires_grad=False))
-            return self.params[-1]
-
-        self.weight, self.bias = _as_parameters(weight, register), _as_parameters(bias, register)
+        self.weight, self.bias = as_parameters(self, weight), as_parameters(self, bias)
         self.softcap = getattr(forward, "final_logit_softcapping", None)
 
     def forward(self, hidden: torch.Tensor, u: torch.Tensor, temperature: float):
@@ -196,6 +187,7 @@ class CompiledDecode:
         # built at first use: a subclass (Gemma 3) finishes setting up after LlamaForward.__init__ made this
         self.graph = self.sampler = None
         self.buckets: set[int] = set()  # the row buckets run so far (one graph each)
+        self.no_window = torch.zeros(len(forward.layers), dtype=torch.long, device=forward.device)
 
     def sample(self, hidden: torch.Tensor, temperature: float, generator: torch.Generator):
         """Plain sampling at `temperature` (> 0) from hidden states [rows, hidden]: (tokens, log-probs),
@@ -223,8 +215,11 @@ class CompiledDecode:
         prompt_len = cache.prompt_len
         position = torch.tensor(pos, device=fw.device)
         rotary = fw.rotary(tokens.new_empty(0, dtype=fw.dtype), torch.tensor([[prompt_len + pos]], device=fw.device))
-        first_visible = torch.tensor([fw.first_visible(layer, prompt_len + pos) for layer in range(len(fw.layers))],
-                                     device=fw.device)
+        if fw.sliding_window is None:  # every layer sees every position
+            first_visible = self.no_window
+        else:
+            first_visible = torch.tensor([fw.first_visible(layer, prompt_len + pos) for layer in range(len(fw.layers))],
+                                         device=fw.device)
         for t in cache.prompt_k + cache.prompt_v:
             torch._dynamo.mark_dynamic(t, 1)
         hidden = []
