@@ -13,7 +13,11 @@ bfloat16, see BF16_ATOL.
 """
 
 import copy
+import json
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -275,8 +279,8 @@ def test_the_compiled_step_matches_eager_with_one_graph_per_row_bucket(model_dir
                                                                       tmp_path, monkeypatch):
     """--compile on: the records carry params.compiled and the same tokens as eager (float32: the
     compiled step differs in the last bits, far from flipping a sampled token); SR's batch, shrinking
-    from 12 rows to 6 and as rows finish, runs on one graph per power-of-two row bucket (at most 1, 2,
-    4, 8, 16) and one sampler graph; a model on the fallback path is refused in one line."""
+    from 12 rows to 6 and as rows finish, runs on one graph per row bucket (`row_chunks`: 12 rows in
+    their buffer of 12 go as 8 + 4, 6 as 4 + 2, fewer on the buckets 4 and 1) and one sampler graph; a model on the fallback path is refused in one line."""
     import torch._dynamo
 
     from specrej.cli.main import main
@@ -327,6 +331,42 @@ def test_the_static_step_gives_eager_tokens_across_buckets_and_windows(model_dir
     assert compiled.forward.compiled_step.buckets == {1, 4, 16}
 
 
+COMPILED_ROLLOUT = """
+import json, sys, torch
+import torch._dynamo.utils
+from specrej import SamplingParams, load_engine
+from specrej.engine import decoding
+engine = load_engine(sys.argv[1], dtype="float32", compile="on")
+prompt = decoding.prefill(engine.forward, engine.encode_prompt("Write a poem about the sea."))
+rollout = engine.rollout(prompt, 4, 3, SamplingParams(max_new_tokens=3), torch.Generator().manual_seed(0))
+while rollout.num_rows:
+    rollout.step()
+step = engine.forward.compiled_step
+print(json.dumps({"inductor": torch._dynamo.utils.counters["inductor"], "buckets": sorted(step.buckets),
+                  "loaded": sorted(step.loaded)}))
+"""
+
+
+def test_a_second_process_takes_the_compiled_graphs_from_the_cache(model_dir, tmp_path):
+    """Compiled once per machine: the first process compiles the step ahead of time into
+    $SPECREJ_CACHE/compiled and the sampler into $SPECREJ_CACHE/inductor; a second one (another job
+    of a study) loads the step's artifact and finds the sampler's graph in inductor's cache."""
+    env = {**os.environ, "SPECREJ_CACHE": str(tmp_path / "cache")}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    runs = []
+    for _ in range(2):
+        run = subprocess.run([sys.executable, "-c", COMPILED_ROLLOUT, str(model_dir("qwen3"))], env=env,
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-2000:]
+        runs.append(json.loads(run.stdout.splitlines()[-1]))
+    first, second = runs
+    assert first["buckets"] == second["buckets"] == [4]  # 4 rows: one bucket
+    assert first["loaded"] == [] and second["loaded"] == [4]
+    assert [p.name for p in (tmp_path / "cache" / "compiled").glob("*/*")] == ["step-4.bin"]
+    assert first["inductor"].get("fxgraph_cache_miss") and not first["inductor"].get("fxgraph_cache_hit")
+    assert second["inductor"].get("fxgraph_cache_hit") and not second["inductor"].get("fxgraph_cache_miss")
+
+
 def test_row_chunks_pad_to_a_bucket_where_the_buffer_has_the_rows():
     from specrej.engine.compiled import row_chunks
 
@@ -335,3 +375,6 @@ def test_row_chunks_pad_to_a_bucket_where_the_buffer_has_the_rows():
     assert row_chunks(0, 67, 67) == [(0, 64, 64), (64, 2, 2), (66, 1, 1)]  # no spare row: power-of-two chunks
     assert row_chunks(0, 5, 6) == [(0, 4, 4), (4, 1, 1)]
     assert row_chunks(8, 3, 16) == [(8, 3, 4)]  # a later chunk of the rows
+    # a power of four where the buffer has its rows (a batch shrinking from 16 meets 16, 4, 1), else of two
+    assert [row_chunks(0, rows, 16)[0][2] for rows in range(1, 17)] == [1] + [4] * 3 + [16] * 12
+    assert row_chunks(0, 5, 8) == [(0, 5, 8)]

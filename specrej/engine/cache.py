@@ -54,8 +54,12 @@ class PromptKV:
 
 
 class KVCache:
-    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device):
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device,
+                 spare_slots: int = 0):
+        """`spare_slots`: each row's buffer holds that many slots past `max_len`, never written (the
+        compiled step's attention reads a slice of the buffer that is then never the whole of it)."""
         self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
+        self.spare_slots = spare_slots
         self.dtype, self.device = dtype, device
         self.prompt_k: list[torch.Tensor] = []
         self.prompt_v: list[torch.Tensor] = []
@@ -68,7 +72,7 @@ class KVCache:
     # -- sizes ---------------------------------------------------------------------------
     @property
     def max_len(self) -> int:
-        return self.k[0].shape[2] if self.k else 0
+        return self.k[0].shape[2] - self.spare_slots if self.k else 0
 
     @property
     def prompt_len(self) -> int:
@@ -103,7 +107,7 @@ class KVCache:
         self.rows = self.length = 0
 
     def allocate(self, rows: int, max_len: int) -> None:
-        shape = (rows, self.num_kv_heads, max_len, self.head_dim)
+        shape = (rows, self.num_kv_heads, max_len + self.spare_slots, self.head_dim)
         self.k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
         self.v = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
         self.rows, self.length = rows, 0
@@ -138,7 +142,7 @@ class KVCache:
         is one layer (budget.token_capacity holds that back).
         """
         assert max_len >= self.length
-        shape = (self.rows, self.num_kv_heads, max_len, self.head_dim)
+        shape = (self.rows, self.num_kv_heads, max_len + self.spare_slots, self.head_dim)
         for layer in range(self.num_layers):
             for bufs in (self.k, self.v):
                 fresh = torch.zeros(shape, dtype=self.dtype, device=self.device)

@@ -7,20 +7,25 @@ are static within a phase of a rollout:
   `pos`, which is data (a 0-d tensor, gpt-fast's `input_pos`), with a mask over the slots not yet
   filled (`cache.KVCache` zeroes them, so a masked slot holds finite numbers) and, for a layer with
   a sliding window, over the positions before its window (`first_visible`, data too);
-- rows come in power-of-two buckets (`row_chunks`): a batch of 11 live rows runs as a bucket of
-  16, whose last 5 rows are rows of the cache's buffer that no live row uses; where the buffer
-  holds fewer rows than the bucket, the rows go as a few power-of-two chunks. So SR's shrinking
-  batch reuses one graph per bucket instead of compiling one per size.
-- the prompt's length and the cache's length are dynamic dimensions (`torch._dynamo.mark_dynamic`):
-  one graph serves every prompt and every re-layout of the cache.
+- rows come in buckets (`row_chunks`), powers of four where the cache's buffer has the rows for
+  one: a batch of 11 live rows runs as a bucket of 16, whose last 5 rows are rows of the buffer
+  that no live row uses, and a Best-of-N batch shrinking from 16 as its rows finish meets 3 graphs
+  (16, 4, 1); where the buffer holds fewer rows, a power of two, or a few power-of-two chunks.
+- the prompt's length, the cache's length and the span of the rows' own KV that attention reads
+  (the filled slots rounded up to SPAN_BLOCK) are dynamic dimensions (`torch._dynamo.mark_dynamic`):
+  one graph serves every prompt, every re-layout of the cache and every step; an early step does
+  not read the unfilled tail of a long cache. The cache keeps a spare slot per row
+  (`KVCache(spare_slots=1)`), so that span is never the whole buffer, whose layout would then be
+  a guard of the graph (two graphs per bucket).
 The weights are the graph's inputs (not constants of a frozen graph), so inductor's on-disk caches
 (`$SPECREJ_CACHE/inductor`) make a second process's compile of the same graph a cache hit. On a
 CPU in bfloat16 the GEMMs still run on oneDNN's packed weights (`linear.pack`): `packed_linear_op`
 calls them as an opaque op, which is what inductor's freezing would do, without freezing's
 compile that no cache keeps.
 
-Prefill and sampling stay eager (one call per prompt; the draw takes a `torch.Generator`). A step
-that collects every layer's states (ST-BoN) runs eagerly. No CUDA graphs yet: the cache's buffers
+Plain sampling with the lm_head is a second graph (`StaticSampler`, the forward pass's
+`sample_plain`); prefill (one call per prompt) and top-k / top-p sampling stay eager, and so does a
+step that collects every layer's states (ST-BoN). No CUDA graphs yet: the cache's buffers
 are inputs that the graph writes, which CUDA graph trees do not capture (not measured: no GPU).
 
 Outputs differ from eager, so a compiled run's record says so (`params.compiled`). In float32 the
@@ -31,7 +36,12 @@ every op: a different sample of the same distribution (docs/results.md, "The dec
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import platform
+import warnings
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -70,10 +80,12 @@ def attend_static(q, prompt_k, prompt_v, k, v, prompt_visible, own_visible, scal
     kv_heads = prompt_k.shape[0]
     q = q.view(rows, kv_heads, heads // kv_heads, d)
     prompt_scores = torch.einsum("rkgd,kpd->rkgp", q, prompt_k).masked_fill(~prompt_visible, float("-inf"))
-    own_scores = torch.einsum("rkgd,rkld->rkgl", q, k).masked_fill(~own_visible, float("-inf"))
+    # products summed, not a batched GEMM: `k` is a slice of the buffer whose layout (contiguous
+    # or not) would be a guard of the graph; a reduction reads any layout
+    own_scores = (q[:, :, :, None] * k[:, :, None]).sum(-1).masked_fill(~own_visible, float("-inf"))
     probs = (torch.cat([prompt_scores, own_scores], dim=-1).float() * scale).softmax(-1).to(q.dtype)
     prompt_probs, own_probs = probs.split([prompt_k.shape[1], k.shape[2]], dim=-1)
-    out = torch.einsum("rkgp,kpd->rkgd", prompt_probs, prompt_v) + torch.einsum("rkgl,rkld->rkgd", own_probs, v)
+    out = torch.einsum("rkgp,kpd->rkgd", prompt_probs, prompt_v) + (own_probs[..., None] * v[:, :, None]).sum(-2)
     return out.reshape(rows, heads, 1, d)
 
 
@@ -101,15 +113,17 @@ class StaticDecodeStep(torch.nn.Module):
         self.layer_weights = [as_parameters(self, w) for w in forward.eager_run.weights]
         self.inputs, self.output = forward.layer_steps
 
-    def forward(self, tokens, pos, rotary, first_visible, prompt_k, prompt_v, k, v) -> torch.Tensor:
+    def forward(self, tokens, pos, rotary, first_visible, own_positions, prompt_k, prompt_v, k, v) -> torch.Tensor:
         """tokens [rows] at generated position `pos` (0-d); rotary: per layer (cos, sin) at that
-        position; first_visible [layers]: each layer's oldest visible position. Writes each layer's
-        new k/v into k/v [rows, kv_heads, L, d] at `pos`; returns the final hidden states [rows, hidden]."""
+        position; first_visible [layers]: each layer's oldest visible position; own_positions
+        [span]: 0..span-1, the slots of the rows' own KV that attention reads (the filled ones and a
+        few more: `span` is a dynamic dimension, so the unfilled tail of a long cache costs nothing).
+        Writes each layer's new k/v into k/v [rows, kv_heads, L, d] at `pos`; returns the final
+        hidden states [rows, hidden]."""
         fw = self.forward_pass
         x = self.embed(tokens[:, None])
-        prompt_len, length = prompt_k[0].shape[1], k[0].shape[2]
+        prompt_len, span = prompt_k[0].shape[1], own_positions.shape[0]
         prompt_positions = torch.arange(prompt_len, device=x.device)
-        own_positions = torch.arange(length, device=x.device)
         filled = own_positions <= pos
         for i, weights in enumerate(self.layer_weights):
             cos, sin = rotary[i]
@@ -117,7 +131,8 @@ class StaticDecodeStep(torch.nn.Module):
                                           graph_linear)
             k[i].index_copy_(2, pos.view(1), new_k)
             v[i].index_copy_(2, pos.view(1), new_v)
-            out = attend_static(q, prompt_k[i], prompt_v[i], k[i], v[i], prompt_positions >= first_visible[i],
+            out = attend_static(q, prompt_k[i], prompt_v[i], k[i][:, :, :span], v[i][:, :, :span],
+                                prompt_positions >= first_visible[i],
                                 filled & (own_positions + prompt_len >= first_visible[i]), fw.scale)
             x = self.output(x, out, weights, self.act, graph_linear)
         return fw.final_norm(x[:, -1])
@@ -151,14 +166,17 @@ class StaticSampler(torch.nn.Module):
 
 def row_chunks(first_row: int, rows: int, capacity: int) -> list[tuple[int, int, int]]:
     """(start, rows, bucket) for each call that feeds rows first_row..first_row+rows of a cache
-    buffer with `capacity` rows: one call whose bucket is the next power of two where the buffer
-    has the rows for it, else power-of-two chunks (the last one padded where it can be)."""
+    buffer with `capacity` rows: one call whose bucket is the next power of four (a Best-of-N
+    batch shrinking from 16 rows as they finish runs on 3 graphs: 16, 4, 1), else the next power
+    of two, where the buffer has the rows for it; else power-of-two chunks (the last one padded
+    where it can be)."""
     chunks = []
     while rows:
-        bucket = 1 << (rows - 1).bit_length()
-        if first_row + bucket <= capacity:
-            chunks.append((first_row, rows, bucket))
-            break
+        power_of_four = 1 << 2 * ((rows - 1).bit_length() + 1 >> 1)
+        for bucket in (power_of_four, 1 << (rows - 1).bit_length()):
+            if first_row + bucket <= capacity:
+                chunks.append((first_row, rows, bucket))
+                return chunks
         size = 1 << (rows.bit_length() - 1)
         chunks.append((first_row, size, size))
         first_row, rows = first_row + size, rows - size
@@ -166,15 +184,58 @@ def row_chunks(first_row: int, rows: int, capacity: int) -> list[tuple[int, int,
 
 
 def inductor_cache_dir() -> str:
-    """Where inductor keeps its compiled graphs: $TORCHINDUCTOR_CACHE_DIR if set, else
-    $SPECREJ_CACHE/inductor, so a study's jobs share one cache (compiled once per machine)."""
+    """Where inductor keeps its compiled graphs: $TORCHINDUCTOR_CACHE_DIR if the user set it, else
+    $SPECREJ_CACHE/inductor, so a study's jobs share one cache (compiled once per machine). Torch
+    writes its default (a folder in /tmp) into the variable once anything asks for it, so that
+    value counts as unset."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
     from ..models.cache import cache_dir
 
-    return os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(cache_dir() / "inductor")
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen and os.path.abspath(chosen) != os.path.abspath(default_cache_dir()):
+        return chosen
+    return str(cache_dir() / "inductor")
+
+
+SPAN_BLOCK = 16  # the rows' own KV that a step attends to: the filled slots rounded up to this
+
+
+def _call(module: torch.nn.Module, *args):
+    return module(*args)
+
+
+def shape_guards(entries) -> list[bool]:
+    """Of a compiled step's guards, the symbolic-shape ones only: which graph a call takes is the
+    row bucket (`CompiledDecode` keeps one per bucket), the weights are the model's own (their
+    shapes and dtype are in the artifact's key) and packed weights cannot be serialized."""
+    return [entry.guard_type == "SHAPE_ENV" for entry in entries]
+
+
+def artifact_dir(forward) -> Path:
+    """$SPECREJ_CACHE/compiled/<key>: the compiled steps of models with `forward`'s architecture
+    (not its weights, which each call passes), keyed by what the generated code depends on: the
+    model's config, dtype and weight layout, the engine's source, torch and the machine."""
+    from ..models.cache import cache_dir
+
+    config = {k: v for k, v in forward.config.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
+    device = forward.device
+    machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
+               else f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}")
+    key = hashlib.sha256()
+    for part in (torch.__version__, machine, str(forward.dtype), type(forward).__name__, PACKED_MAX_ROWS,
+                 json.dumps(config, sort_keys=True, default=str),
+                 [type(w).__name__ for w in forward.eager_run.weights[0]]):
+        key.update(repr(part).encode())
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        key.update(source.read_bytes())
+    return cache_dir() / "compiled" / key.hexdigest()[:16]
 
 
 class CompiledDecode:
-    """`forward`'s decode step through `StaticDecodeStep`, compiled: one graph per row bucket."""
+    """`forward`'s decode step through `StaticDecodeStep`, compiled: one graph per row bucket,
+    compiled ahead of time once per machine (`artifact_dir`) and loaded in a fraction of a second
+    by every later process; inductor's own caches serve the sampler's graph."""
 
     def __init__(self, forward):
         import torch._dynamo
@@ -183,10 +244,15 @@ class CompiledDecode:
         # one graph per row bucket (static), each prompt and cache length on it (dynamic)
         torch._dynamo.config.automatic_dynamic_shapes = False
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        # the span attention reads equals the cache's length on a short rollout: the two stay two
+        # symbols (duck shapes would merge them, and the next, longer rollout would recompile)
+        torch.fx.experimental._config.use_duck_shape = False
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache_dir()
         # built at first use: a subclass (Gemma 3) finishes setting up after LlamaForward.__init__ made this
-        self.graph = self.sampler = None
+        self.module = self.graph = self.sampler = None
+        self.steps: dict = {}  # row bucket -> its compiled step
         self.buckets: set[int] = set()  # the row buckets run so far (one graph each)
+        self.loaded: set[int] = set()  # ...of which the graph came from an earlier process's artifact
         self.no_window = torch.zeros(len(forward.layers), dtype=torch.long, device=forward.device)
 
     def sample(self, hidden: torch.Tensor, temperature: float, generator: torch.Generator):
@@ -204,14 +270,53 @@ class CompiledDecode:
         torch._dynamo.mark_dynamic(u, 0)
         return self.sampler(hidden, u, temperature)
 
+    def _step(self, bucket: int, args: tuple) -> torch.Tensor:
+        """The step of `bucket` rows on `args`: its ahead-of-time graph, loaded or compiled and
+        saved at first use; a call outside the shapes that graph was made for (a one-token prompt,
+        say) goes through a graph compiled in this process (`torch.compile`, guarded)."""
+        if bucket not in self.steps:
+            self.steps[bucket] = self._load_or_compile(bucket, args)
+        step = self.steps[bucket]
+        if step is not None and step.guard_check(self.module, *args):
+            return step(self.module, *args)
+        if self.graph is None:
+            self.graph = torch.compile(self.module, fullgraph=True, dynamic=None)
+        return self.graph(*args)
+
+    def _load_or_compile(self, bucket: int, args: tuple):
+        path = artifact_dir(self.forward_pass) / f"step-{bucket}.bin"
+        if path.is_file():
+            try:
+                with open(path, "rb") as file:
+                    step = torch.compiler.load_compiled_function(file)
+                self.loaded.add(bucket)
+            except Exception as error:  # torch's loader: an artifact it cannot read is compiled again
+                warnings.warn(f"--compile on: recompiling the step ({path} could not be loaded: {error})", stacklevel=2)
+            else:
+                step.disable_guard_check()  # `_step` checks the shape guards itself
+                return step
+        try:
+            step = torch.compile(_call, fullgraph=True, dynamic=None, options={"guard_filter_fn": shape_guards}
+                                 ).aot_compile(((self.module, *args), {}))
+        except Exception as error:  # ahead-of-time compile is experimental in torch: the guarded graph instead
+            warnings.warn(f"--compile on: compiled in this process only ({type(error).__name__}: {error})", stacklevel=2)
+            return None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            step.save_compiled_function(str(path))  # written atomically: concurrent jobs may race
+        except OSError as error:
+            warnings.warn(f"--compile on: the compiled step is not kept ({path}: {error.strerror})", stacklevel=2)
+        step.disable_guard_check()
+        return step
+
     def __call__(self, cache, tokens: torch.Tensor, pos: int, first_row: int) -> torch.Tensor:
         """tokens [rows, 1] of the cache's rows first_row... at generated position `pos` -> their
         hidden states [rows, hidden]; their k/v written into the cache."""
         import torch._dynamo
 
         fw = self.forward_pass
-        if self.graph is None:
-            self.graph = torch.compile(StaticDecodeStep(fw), fullgraph=True, dynamic=None)
+        if self.module is None:
+            self.module = StaticDecodeStep(fw)
         prompt_len = cache.prompt_len
         position = torch.tensor(pos, device=fw.device)
         rotary = fw.rotary(tokens.new_empty(0, dtype=fw.dtype), torch.tensor([[prompt_len + pos]], device=fw.device))
@@ -222,9 +327,12 @@ class CompiledDecode:
                                          device=fw.device)
         for t in cache.prompt_k + cache.prompt_v:
             torch._dynamo.mark_dynamic(t, 1)
+        # attention reads the filled slots rounded up to a block, not the whole buffer
+        own_positions = torch.arange(min(cache.max_len, -(-(pos + 1) // SPAN_BLOCK) * SPAN_BLOCK), device=fw.device)
+        torch._dynamo.mark_dynamic(own_positions, 0)
         hidden = []
         for start, rows, bucket in row_chunks(first_row, tokens.shape[0], cache.k[0].shape[0]):
-            chunk = tokens[start - first_row : start - first_row + rows, 0]
+            chunk = tokens[start - first_row : start - first_row + rows, 0].contiguous()  # one stride for every rollout width
             if bucket > rows:
                 chunk = torch.cat([chunk, chunk.new_zeros(bucket - rows)])
             ks = [buffer[start : start + bucket] for buffer in cache.k]
@@ -232,8 +340,8 @@ class CompiledDecode:
             for t in ks + vs:
                 torch._dynamo.mark_dynamic(t, 2)
             self.buckets.add(bucket)
-            hidden.append(self.graph(chunk, position, rotary, first_visible, cache.prompt_k, cache.prompt_v,
-                                     ks, vs)[:rows])
+            args = (chunk, position, rotary, first_visible, own_positions, cache.prompt_k, cache.prompt_v, ks, vs)
+            hidden.append(self._step(bucket, args)[:rows])
         cache.length = pos + 1
         return hidden[0] if len(hidden) == 1 else torch.cat(hidden)
 

@@ -103,6 +103,12 @@ class ForwardPass(Protocol):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...  # fp32 [rows, vocab]
 
+    def sample_plain(self, hidden: torch.Tensor, temperature: float, generator: torch.Generator
+                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Plain sampling (no top-k or top-p cut) at `temperature` > 0 from hidden [rows, H] in one
+        fused call: (tokens, log-probs), each [rows]; None where this forward pass has no such call
+        (`sample` then draws from `logits`)."""
+
     def decode_row_bytes(self, context_len: int) -> int: ...  # one row's activations in a step
 
     def prefill_bytes(self, prompt_len: int) -> int: ...  # the prompt's activations in forward_prompt
@@ -165,13 +171,14 @@ def sample(model: ForwardPass, hidden: torch.Tensor, params: SamplingParams, gen
     `top_k` > 0 the k largest log-probs of each row's distribution ([rows, k]; else None).
 
     Logits are made `chunk_rows` rows at a time: SR's initial batch can run to thousands of
-    rows, and [rows, vocab] fp32 logits plus the sampler's temporaries would not fit. A compiled
-    forward pass (`compiled.CompiledDecode`) draws plain samples (no top-k or top-p cut) in one graph.
+    rows, and [rows, vocab] fp32 logits plus the sampler's temporaries would not fit. Plain
+    sampling goes through the forward pass's own `sample_plain` where it has one (a compiled
+    forward pass: one graph, `compiled.StaticSampler`).
     """
-    compiled = getattr(model, "compiled_step", None)
-    if compiled is not None and not top_k and params.temperature > 0 and not params.top_k and params.top_p == 1:
-        drawn = [compiled.sample(chunk, params.temperature, generator) for chunk in hidden.split(chunk_rows)]
-        return torch.cat([t for t, _ in drawn]), torch.cat([lp for _, lp in drawn]), None
+    if not top_k and params.temperature > 0 and not params.top_k and params.top_p == 1:
+        drawn = [model.sample_plain(chunk, params.temperature, generator) for chunk in hidden.split(chunk_rows)]
+        if drawn[0] is not None:
+            return torch.cat([t for t, _ in drawn]), torch.cat([lp for _, lp in drawn]), None
     tokens, logprobs, tops = [], [], []
     for chunk in hidden.split(chunk_rows):
         logits = model.logits(chunk)

@@ -185,6 +185,10 @@ class HFForward:
             _copy_layer_states(out, layer_states)
         return out.last_hidden_state[:, -1]
 
+    def sample_plain(self, hidden: torch.Tensor, temperature: float, generator: torch.Generator) -> None:
+        """None: the fallback samples from `logits` (never compiled)."""
+        return None
+
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The model's head on hidden [rows, H], in the model's dtype, then fp32 [rows, vocab]."""

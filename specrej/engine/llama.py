@@ -183,7 +183,9 @@ class LlamaForward:
             raise SpecrejError(f"prompt + max_new_tokens ({total}) exceeds the sliding window {self.sliding_window}")
 
     def new_cache(self) -> KVCache:
-        return KVCache(len(self.layers), self.num_kv_heads, self.head_dim, self.dtype, self.device)
+        # compiled: a spare slot per row, so the step's attention span is never the whole buffer (one graph)
+        return KVCache(len(self.layers), self.num_kv_heads, self.head_dim, self.dtype, self.device,
+                       spare_slots=int(self.compiled_step is not None))
 
     def decode_row_bytes(self, context_len: int) -> int:
         """Upper bound on one row's activations in a decode step with `context_len` tokens of KV
@@ -266,6 +268,12 @@ class LlamaForward:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         linear, weight, bias = self.lm_head
         return linear(hidden, weight, bias).float()
+
+    def sample_plain(self, hidden: torch.Tensor, temperature: float, generator: torch.Generator):
+        """Compiled (`compiled_step`): plain sampling as one graph (`compiled.StaticSampler`); else None."""
+        if self.compiled_step is None:
+            return None
+        return self.compiled_step.sample(hidden, temperature, generator)
 
     def rotary(self, x: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer, the rotary embedding's cos and sin [1, seq, 1, d] at `positions`: one for every layer."""
