@@ -222,9 +222,11 @@ def artifact_dir(forward) -> Path:
     device = forward.device
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
                else f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}")
+    import transformers  # its embedding modules are traced into the step
+
     key = hashlib.sha256()
-    for part in (torch.__version__, machine, str(forward.dtype), type(forward).__name__, PACKED_MAX_ROWS,
-                 json.dumps(config, sort_keys=True, default=str),
+    for part in (torch.__version__, transformers.__version__, machine, str(forward.dtype), type(forward).__name__,
+                 PACKED_MAX_ROWS, json.dumps(config, sort_keys=True, default=str),
                  [type(w).__name__ for w in forward.eager_run.weights[0]]):
         key.update(repr(part).encode())
     for source in sorted(Path(__file__).parent.glob("*.py")):
@@ -244,8 +246,8 @@ class CompiledDecode:
         # one graph per row bucket (static), each prompt and cache length on it (dynamic)
         torch._dynamo.config.automatic_dynamic_shapes = False
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        # the span attention reads equals the cache's length on a short rollout: the two stay two
-        # symbols (duck shapes would merge them, and the next, longer rollout would recompile)
+        # sizes equal at the first call (the span attention reads and the prompt's length, say) stay
+        # two symbols: duck shapes would merge them, and a later call where they differ recompile
         torch.fx.experimental._config.use_duck_shape = False
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache_dir()
         # built at first use: a subclass (Gemma 3) finishes setting up after LlamaForward.__init__ made this
@@ -299,7 +301,8 @@ class CompiledDecode:
             step = torch.compile(_call, fullgraph=True, dynamic=None, options={"guard_filter_fn": shape_guards}
                                  ).aot_compile(((self.module, *args), {}))
         except Exception as error:  # ahead-of-time compile is experimental in torch: the guarded graph instead
-            warnings.warn(f"--compile on: compiled in this process only ({type(error).__name__}: {error})", stacklevel=2)
+            warnings.warn(f"--compile on: compiled in this process only ({type(error).__name__}: {error})",
+                          stacklevel=2)
             return None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -332,7 +335,8 @@ class CompiledDecode:
         torch._dynamo.mark_dynamic(own_positions, 0)
         hidden = []
         for start, rows, bucket in row_chunks(first_row, tokens.shape[0], cache.k[0].shape[0]):
-            chunk = tokens[start - first_row : start - first_row + rows, 0].contiguous()  # one stride for every rollout width
+            # contiguous: one stride (a guard) whatever the rollout's width
+            chunk = tokens[start - first_row : start - first_row + rows, 0].contiguous()
             if bucket > rows:
                 chunk = torch.cat([chunk, chunk.new_zeros(bucket - rows)])
             ks = [buffer[start : start + bucket] for buffer in cache.k]
