@@ -58,6 +58,9 @@ rule all:
         merged_runs(),
 
 
+check_rule_settings()  # every rule is defined by now
+
+
 onstart:
     # what the study runs and about how long it takes, before its first job; Snakemake calls it
     # once, in the main process, and not for a dry run, a report or a run with nothing to do

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from specrej import LogProbReward, SamplingParams, best_of_n, load_engine
-from specrej.records.io import read_prompts
+from specrej.records.prompts import read_prompts
 
 
 def main() -> None:

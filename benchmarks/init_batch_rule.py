@@ -17,7 +17,7 @@ import torch
 
 from specrej import LogProbReward, SamplingParams, load_engine, speculative_rejection
 from specrej.engine.budget import default_memory_budget, format_size, parse_size
-from specrej.records.io import read_prompts
+from specrej.records.prompts import read_prompts
 
 UNCAPPED = 10**9  # the old rule: capacity // min_tokens, no cap
 

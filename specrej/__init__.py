@@ -18,7 +18,7 @@ _EXPORTS = {
     "score_prefixes": "rewards.prefixes",
     "Engine": "engine.engine", "SamplingParams": "engine.sampling",
     "SpecrejError": "errors",
-    "read_prompts": "records.io", "read_records": "records.io",
+    "read_prompts": "records.prompts", "read_records": "records.io",
     "CallableReward": "rewards.reward", "LogProbReward": "rewards.reward", "Response": "rewards.reward",
     "Reward": "rewards.reward", "SequenceClassificationReward": "rewards.reward", "load_reward": "rewards.reward",
 }

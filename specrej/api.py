@@ -1,7 +1,8 @@
 """The Python API behind `specrej generate`: load once, run a prompt file, append records.
 
-A run, from the CLI or from `run_prompts`, goes one way: `plan_run` checks every setting once
-(`check_run`) and computes the output settings once (`output_settings`); a `RecordWriter` opens
+A run, from the CLI or from `run_prompts`, goes one way: `plan.plan_run` checks every setting once
+(`check_run`) and computes the output settings once (`output_settings`); the prompts are read
+(`records.prompts`); a `records.io.RecordWriter` opens
 the output once (its lock, a torn tail repaired, the finished records read and a resume with
 other settings refused), before any model loads; `run_planned` then settles the loaded engine's
 dtype and device with the writer and only loops over the prompts left, `prompt_record` building
@@ -11,47 +12,32 @@ each record (its params: `session.record_params`).
 from __future__ import annotations
 
 import hashlib
-import numbers
 import os
 import traceback
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import MappingProxyType
 
 from tqdm.auto import tqdm
 
 from .engine.engine import Engine
-from .engine.sampling import SamplingParams, check_int
-from .errors import SpecrejError, shown
-from .methods import Method, Params, file_digest, get_method, settings_digest
-from .methods.registry import method_code
+from .engine.load import check_prompt_format, load_engine
+from .engine.sampling import SamplingParams
+from .errors import SpecrejError
+from .methods import Method, Params, settings_digest
 from .methods.prompt_run import flop_shapes, run_method
 from .methods.session import Result, record_params
-from .models.loading import load_generator
-from .records.io import PromptItem, RecordWriter, read_prompts
+from .plan import (ENGINE_SETTINGS, MAX_MEMORY_BUDGET, RunPlan, check_run, engine_settings, output_settings,
+                   plan_run)
+from .records.io import RecordWriter
+from .records.prompts import PromptItem, read_prompts
 from .rewards.reward import Response, Reward
 
-
-def load_engine(model: str = "default", *, dtype: str = "auto", device: str = "auto",
-                trust_remote_code: bool = False, prompt_format: str = "auto", compile: str = "auto") -> Engine:
-    """The generator `model` loaded, its prompts rendered as `prompt_format` says (auto, chat or
-    plain: `Engine.PROMPT_FORMATS`); "chat" for a tokenizer without a chat template is refused.
-    `compile`: the decode step compiled (auto, on, off: `engine.compiled.resolve_compile`)."""
-    check_prompt_format(prompt_format)
-    engine = Engine(*load_generator(model, dtype, device, trust_remote_code), compile=compile)
-    engine.prompt_format = prompt_format
-    if prompt_format == "chat" and not engine.tokenizer.chat_template:
-        raise SpecrejError(f"--prompt-format chat: the tokenizer of {model} has no chat template (use plain, or "
-                           "auto, which is plain for it)")
-    return engine
-
-
-def check_prompt_format(prompt_format: str) -> None:
-    if prompt_format not in Engine.PROMPT_FORMATS:
-        raise SpecrejError(f"--prompt-format must be one of {', '.join(Engine.PROMPT_FORMATS)}, got "
-                           f"{shown(prompt_format)}")
+# the public API beside what this module defines: each name is defined once, where its step is
+__all__ = ["ENGINE_SETTINGS", "MAX_MEMORY_BUDGET", "RunPlan", "check_prompt_format", "check_run", "engine_settings",
+           "load_engine", "output_settings", "plan_run", "read_prompts", "FAIL_FAST_PROMPTS", "NO_COMPLETE_RESPONSE",
+           "best_of_n", "one_line", "prompt_record", "prompt_seed", "run_one", "run_planned", "run_prompts",
+           "speculative_rejection"]
 
 
 def prompt_seed(seed: int, prompt_id) -> int:
@@ -109,100 +95,6 @@ class _ReportedReward:
         return getattr(self.reward, attribute)  # e.g. tokens_processed of a reward model
 
 
-# the largest --memory-budget taken: 1 EiB, far above any device, so a larger one is a typo
-MAX_MEMORY_BUDGET = 2**60
-
-
-def check_run(method: str | Method, params: Mapping = MappingProxyType({}), *, sampling: SamplingParams | None = None,
-              seed: int = 0, memory_budget: int | None = None,
-              reward_batch_size: int | None = None) -> tuple[Method, Params]:
-    """Check every setting before any model loads and return the method with its checked
-    parameters (`Method.check`, which also reads a file parameter once): the one check of
-    `specrej generate`'s options and of `run_prompts`' arguments (`reward_batch_size` is the CLI's
-    --reward-batch-size, None: not checked). Each message names the CLI option. A parameter the
-    method does not take is refused rather than ignored; every number is range-checked (NaN and
-    +-inf are refused wherever a float is taken); any integer --seed is taken (hashed per prompt).
-    `params` already checked (a `Params`) are taken as they are."""
-    method = method if isinstance(method, Method) else get_method(method)
-    checked = method.check(params)
-    if sampling is not None and not isinstance(sampling, SamplingParams):
-        raise SpecrejError(f"sampling must be a SamplingParams, got {shown(sampling)}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise SpecrejError(f"--seed must be an integer, got {shown(seed)}")
-    if memory_budget is not None:
-        if isinstance(memory_budget, bool) or not isinstance(memory_budget, numbers.Integral):
-            raise SpecrejError(f"--memory-budget must be a number of bytes (an integer), got {shown(memory_budget)}"
-                               + (" (specrej.engine.budget.parse_size reads sizes such as 2GiB)"
-                                  if isinstance(memory_budget, str) else ""))
-        if memory_budget < 1:
-            raise SpecrejError(f"--memory-budget must be > 0 bytes, got {memory_budget}")
-        if memory_budget > MAX_MEMORY_BUDGET:
-            raise SpecrejError(f"--memory-budget must be at most 1 EiB ({MAX_MEMORY_BUDGET} bytes), got "
-                               f"{shown(memory_budget)}")
-    if reward_batch_size is not None:
-        check_int(reward_batch_size, "--reward-batch-size", 1)
-    return method, checked
-
-
-def output_settings(method: Method, params: dict, *, model: str, reward: str, seed: int, sampling: SamplingParams,
-                    memory_budget: int | None, engine: Engine | None = None, prompt_format: str | None = None) -> dict:
-    """Every setting that changes a run file's records: a rerun whose settings differ is refused
-    (`io.RecordWriter`). A file parameter counts by its content; the engine's dtype and device
-    as loaded (`engine_settings`; None: not known yet, e.g. before loading); the prompt format as
-    asked for (`prompt_format`, else the engine's), named only when it is not "auto"; the method's
-    code as `method_code` (`registry.method_code`: specrej's version for a built-in method, a
-    digest of its module's source for one from outside), so a rerun after the code changed is
-    refused too."""
-    file_params = {p.name for p in method.params if p.type == "path"}
-    prompt_format = prompt_format if prompt_format is not None else getattr(engine, "prompt_format", "auto")
-    return {"method": method.name, "method_code": method_code(method),
-            **{f"param.{k}": (file_digest(v) if k in file_params and v else v) for k, v in params.items()},
-            "model": model, "reward": reward, "seed": seed, **vars(sampling), "memory_budget": memory_budget,
-            **({"prompt_format": prompt_format} if prompt_format != "auto" else {}),
-            **engine_settings(engine)}
-
-
-# the output settings known once the generator is loaded (`engine_settings`): a run's output is
-# opened before, with these unknown, and `RecordWriter.settle` compares them after
-ENGINE_SETTINGS = ("dtype", "device")
-
-
-def engine_settings(engine: Engine | None) -> dict:
-    """The loaded generator's output settings: its dtype and device type (None: not loaded yet)."""
-    return {"dtype": None if engine is None else str(engine.dtype).removeprefix("torch."),
-            "device": None if engine is None else engine.device.type}
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """A run's every setting, checked once by `plan_run` before a model loads or the output is
-    opened: the method with its checked parameters, the sampling settings, seed and memory budget,
-    the generator's and the reward's names as records hold them, and `settings`, the output
-    settings a resume is checked against (`output_settings`; the dtype and device None until
-    the engine is loaded: `ENGINE_SETTINGS`)."""
-
-    method: Method
-    params: Params
-    sampling: SamplingParams
-    seed: int
-    memory_budget: int | None
-    model_name: str
-    reward_name: str
-    settings: dict
-
-
-def plan_run(method: str | Method, params: Mapping = MappingProxyType({}), *, model_name: str, reward_name: str,
-             seed: int = 0, sampling: SamplingParams = SamplingParams(), memory_budget: int | None = None,
-             prompt_format: str = "auto", reward_batch_size: int | None = None) -> RunPlan:
-    """The run's settings checked (`check_run`, once: `reward_batch_size` is only checked) and
-    its output settings computed (`output_settings`, once; `prompt_format` as asked for)."""
-    method, checked = check_run(method, params, sampling=sampling, seed=seed, memory_budget=memory_budget,
-                                reward_batch_size=reward_batch_size)
-    settings = output_settings(method, dict(checked), model=model_name, reward=reward_name, seed=seed,
-                               sampling=sampling, memory_budget=memory_budget, prompt_format=prompt_format)
-    return RunPlan(method, checked, sampling, seed, memory_budget, model_name, reward_name, settings)
-
-
 # a method that raises (not SpecrejError) on this many prompts before any succeeded stops the run
 FAIL_FAST_PROMPTS = 3
 
@@ -245,7 +137,7 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
                     seed=seed, sampling=sampling, memory_budget=memory_budget,
                     prompt_format=getattr(engine, "prompt_format", "auto"))  # before anything is read or written
     items = read_prompts(prompts) if not isinstance(prompts, list) else prompts
-    with RecordWriter(out, plan.settings, retry_failed=retry_failed, unknown=ENGINE_SETTINGS) as writer:
+    with RecordWriter(out, plan.settings, retry_failed=retry_failed, unknown=plan.unknown_settings) as writer:
         return run_planned(plan, items, writer, engine=engine, reward=reward, measure_memory=measure_memory,
                            progress=progress, on_failure=on_failure)
 

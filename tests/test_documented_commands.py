@@ -140,7 +140,7 @@ def page_folder(tmp_path: Path) -> Path:
 
 def write_tiny_study(command: str, folder: Path, models: dict) -> None:
     """The part of a finished study that `command` reads, written under `folder` by the tiny generator:
-    its pair's Best-of-N shards as the workflow's `bon_shard` rule lays them out
+    its pair's Best-of-N shards as the workflow's `reference_shard` rule lays them out
     (<RESULTS_DIR>/runs/<pair>/bon/shard<k>/chunk0.jsonl, shard k with seed k), two of 4 responses."""
     words = shlex.split(command)
     results = folder / words[len(shlex.split(program(command)))]

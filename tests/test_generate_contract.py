@@ -115,7 +115,7 @@ def test_a_failed_prompt_is_one_line_of_our_own_and_no_python_warning(generator_
 
 def test_run_prompts_reports_failures_to_its_callback(engine, tmp_path):
     from specrej.api import run_prompts
-    from specrej.records.io import PromptItem
+    from specrej.records.prompts import PromptItem
     from specrej.rewards.reward import LogProbReward
 
     failed = []

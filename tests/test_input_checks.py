@@ -19,7 +19,8 @@ import pytest
 from specrej.cli.main import main
 from specrej.engine.sampling import SamplingParams
 from specrej.errors import SpecrejError
-from specrej.records.io import PromptItem, output_lock, read_records
+from specrej.records.io import output_lock, read_records
+from specrej.records.prompts import PromptItem
 
 TESTS = Path(__file__).parent
 NINES = "9" * 400  # a float of inf, an int of 400 digits
@@ -52,9 +53,9 @@ def no_loading(monkeypatch):
     def reached(*args, **kwargs):
         raise AssertionError("the option checks let it through: it reached loading")
 
-    monkeypatch.setattr("specrej.records.io.read_prompts", reached)
+    monkeypatch.setattr("specrej.records.prompts.read_prompts", reached)
     monkeypatch.setattr("specrej.api.read_prompts", reached)
-    monkeypatch.setattr("specrej.api.load_engine", reached)
+    monkeypatch.setattr("specrej.engine.load.load_engine", reached)
     monkeypatch.setattr("specrej.models.loading.load_generator", reached)
     monkeypatch.setattr("specrej.rewards.reward.load_reward", reached)
     monkeypatch.setattr("specrej.records.io.read_records", reached)

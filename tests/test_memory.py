@@ -221,7 +221,7 @@ def test_a_prompt_out_of_memory_even_with_one_row_gets_an_error_record_and_the_r
     monkeypatch.setattr(decoding, "decode_one_token", decode_one_token)
     monkeypatch.setattr(engine, "encode_prompt", encode_prompt)
     monkeypatch.setattr(engine, "_current", "", raising=False)
-    from specrej.records.io import PromptItem
+    from specrej.records.prompts import PromptItem
 
     items = [PromptItem("a", "Explain gravity to a child."), PromptItem("b", PROMPT)]
     with pytest.warns(UserWarning):

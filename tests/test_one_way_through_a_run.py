@@ -9,24 +9,26 @@ import json
 
 import pytest
 
+import specrej.api
 from specrej.cli.main import main
 from specrej.engine.sampling import SamplingParams
 from specrej.errors import SpecrejError
 from specrej.methods import Method
-from specrej.records.io import PromptItem, RecordWriter, output_lock, read_records
+from specrej.records.io import RecordWriter, output_lock, read_records
+from specrej.records.prompts import PromptItem
 
 # what each step of a run is, by the function that does it (module.attribute)
 STEPS = {
-    "plan_run": "specrej.api.plan_run",
-    "check_run": "specrej.api.check_run",
-    "output_settings": "specrej.api.output_settings",
-    "read_prompts": "specrej.records.io.read_prompts",
+    "plan_run": "specrej.plan.plan_run",
+    "check_run": "specrej.plan.check_run",
+    "output_settings": "specrej.plan.output_settings",
+    "read_prompts": "specrej.records.prompts.read_prompts",
     "output_lock": "specrej.records.io.output_lock",
     "read_run_file": "specrej.records.io._complete_records",
     "check_resume": "specrej.records.io.check_resume",
     "compare_settings": "specrej.records.io._refuse_changed",
     "read_records": "specrej.records.io.read_records",
-    "load_engine": "specrej.api.load_engine",
+    "load_engine": "specrej.engine.load.load_engine",
     "load_reward": "specrej.rewards.reward.load_reward",
     "run_planned": "specrej.api.run_planned",
     "prompt_record": "specrej.api.prompt_record",
@@ -51,10 +53,11 @@ def trace(monkeypatch):
     for step, target in STEPS.items():
         module_name, attribute = target.rsplit(".", 1)
         module = importlib.import_module(module_name)
-        wrapped = traced(step, getattr(module, attribute))
+        original = getattr(module, attribute)
+        wrapped = traced(step, original)
         monkeypatch.setattr(module, attribute, wrapped)
-        if step == "record_params":  # api imported it by name
-            monkeypatch.setattr("specrej.api.record_params", wrapped)
+        if getattr(specrej.api, attribute, None) is original:  # the Python API imported it by name
+            monkeypatch.setattr(specrej.api, attribute, wrapped)
     monkeypatch.setattr(Method, "check", traced("method_check", Method.check))
     monkeypatch.setattr(RecordWriter, "__init__", traced("open_output", RecordWriter.__init__))
     return calls
@@ -88,6 +91,12 @@ def test_specrej_generate_goes_one_way_and_checks_each_thing_once(generator_dir,
     assert outline == ["plan_run", "check_run", "output_settings", "read_prompts", "open_output", "output_lock",
                        "read_run_file", "check_resume", "load_engine", "load_reward", "run_planned"]
     assert count(trace, "method_check") == 1
+    # each module is entered for its step and left: read in order, no module comes back
+    module_of = {step: target.rsplit(".", 1)[0] for step, target in STEPS.items()} | {
+        "open_output": RecordWriter.__module__}
+    visits = [module_of[step] for i, step in enumerate(outline) if i == 0 or module_of[step] != module_of[outline[i - 1]]]
+    assert visits == ["specrej.plan", "specrej.records.prompts", "specrej.records.io", "specrej.engine.load",
+                      "specrej.rewards.reward", "specrej.api"]
     assert count(trace, "prompt_record") == 3 and count(trace, "record_params") == 3  # one per prompt
     assert count(trace, "read_records") == 0  # the output is read once, by its writer
     assert [r["prompt_id"] for r in read_records(out)] == [0, 1, 2]

@@ -1,6 +1,6 @@
 """Each job's engine options and resources, from the validated config.
 
-- ``bon_args`` / ``method_args``: the options of ``specrej generate`` for a Best-of-N job and a
+- ``reference_args`` / ``method_args``: the options of ``specrej generate`` for a Best-of-N job and a
   method_run job (the CLI's own flags and ``--param NAME=VALUE``, checked against
   ``specrej.cli.main.build_parser`` by the tests); ``prefix_args``: ``specrej score-prefixes``'.
 - ``partial_path``: the file the engine writes while a job runs.
@@ -44,7 +44,7 @@ def remote_code_args(config: dict, pair: dict) -> list:
     return ["--trust-remote-code"] if g["trust_remote_code"] or r["trust_remote_code"] else []
 
 
-def bon_args(config: dict, pair: dict, *, n: int, seed_offset: int = 0) -> str:
+def reference_args(config: dict, pair: dict, *, n: int, seed_offset: int = 0) -> str:
     """`specrej generate` options of one job of the reference method (Best-of-N) of `pair`: N = `n`
     (everything but --prompts/--out), quoted into one string (a job's `params.args`: a changed string
     reruns the job). A batch size in its entry is capped at `n`."""

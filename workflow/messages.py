@@ -18,7 +18,7 @@ from pathlib import Path
 
 from plan import Plan, local_judge, pair_labels
 
-GENERATION_RULES = ("bon_shard", "bon_direct", "method_run")
+GENERATION_RULES = ("reference_shard", "reference_direct", "method_run")
 
 # The 2-core CPU that the default study was timed on (`make study` on a fresh clone of 30a0057, its 45 jobs
 # on 24 prompts, two jobs at a time: 1,208 s, 2026-12-03); each job's seconds from its benchmark file,
@@ -49,8 +49,8 @@ def job_seconds(config: dict, plan: Plan, rule: str, wildcards: dict) -> float:
     """About how long one job takes on the measured 2-core CPU, two jobs at a time."""
     chunk = plan.all_chunks.get(wildcards.get("chunk"), ())
     steps = len(chunk) * config["sampling"]["max_new_tokens"]
-    if rule in ("bon_shard", "bon_direct"):
-        rows = plan.reference["shard_size"] if rule == "bon_shard" else int(wildcards["n"])
+    if rule in ("reference_shard", "reference_direct"):
+        rows = plan.reference["shard_size"] if rule == "reference_shard" else int(wildcards["n"])
         per_row = step_seconds(plan.reference["name"], FALLBACK_BON_STEP_S) / BON_MEASURED_ROWS
         return GENERATION_START_S + steps * rows * per_row
     if rule == "method_run":
@@ -203,7 +203,7 @@ def failed_prompts_message(results: str) -> str | None:
 
 def out_of_range_messages(results: str) -> list[str]:
     """One line per method setting whose score lies outside its pair's Best-of-N curve (its
-    BoN-equivalent compute is then not a measurement: extend bon.n or change the operating point)."""
+    BoN-equivalent compute is then not a measurement: extend the reference entry's n or change the operating point)."""
     path = Path(results) / "metrics" / "bon_equivalent.csv"
     rows = _read_csv(path) if path.exists() else []
     where = {"below_range": "below Bo-N_min", "above_range": "above the largest Best-of-N"}

@@ -13,10 +13,10 @@ what needs Snakemake. Everything here is a function of the config dict:
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from method_entries import (calibration_select, check_methods, fit_entry, method_settings, old_blocks_message,
@@ -177,7 +177,7 @@ def plan_prompts(config: dict, select=None, basedir=".") -> list[tuple]:
     if source is None:
         return [(index, None) for index in select]
     from specrej.errors import SpecrejError
-    from specrej.records.io import read_prompts  # torch-free
+    from specrej.records.prompts import read_prompts  # torch-free
 
     try:
         items = read_prompts(source)
@@ -229,7 +229,7 @@ def pair_labels(config: dict, pair: dict) -> dict[str, str]:
     return {"generator": g, "reward": r, "pair": f"{g} / {r}"}
 
 
-def bon_sources(config: dict, n: int) -> tuple[str, int]:
+def reference_sources(config: dict, n: int) -> tuple[str, int]:
     """How the reference's run of N is made: ('shards', k) merges shards 0..k-1; ('direct', n) is one run of N."""
     shard = reference(config)["shard_size"]
     if shard and n >= shard:
@@ -344,3 +344,22 @@ def pair_models(config: dict, pair: dict) -> list[str]:
     specs = [config["generators"][pair["generator"]]["model"],
              reward_model_spec(config["rewards"][pair["reward"]]["model"])]
     return [model_name(spec) for spec in specs if spec is not None]
+
+
+# rules renamed when the workflow stopped naming a built-in method: a profile written for the old
+# names is told the new ones
+RENAMED_RULES = {"bon_shard": "reference_shard", "bon_direct": "reference_direct", "merge_bon": "merge_reference"}
+
+
+def unknown_rule_settings(settings: dict[str, Iterable[str]], rules: Iterable[str]) -> str | None:
+    """One line naming every rule that `settings` ({"set-resources": rule names, "set-threads": rule
+    names}, from a profile or the command line) gives resources or threads and this workflow does
+    not have (Snakemake ignores them: a GPU job would quietly go to the default partition); None
+    when every name is a rule."""
+    known = set(rules)
+    unknown = {name: option for option, names in settings.items() for name in names if name not in known}
+    if not unknown:
+        return None
+    named = ", ".join(f"{name} ({option}" + (f"; now {RENAMED_RULES[name]})" if name in RENAMED_RULES else ")")
+                      for name, option in sorted(unknown.items()))
+    return f"the profile or command line sets resources or threads for rules this workflow does not have: {named}"

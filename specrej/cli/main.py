@@ -17,7 +17,7 @@ from ..errors import SpecrejError
 from .parser import build_parser
 
 if TYPE_CHECKING:  # imported when a command needs it: `specrej --help` loads no torch
-    from ..api import RunPlan
+    from ..plan import RunPlan
 
 
 def doctor(args: argparse.Namespace) -> int:
@@ -85,12 +85,12 @@ def _summarize_run(path: str, max_chars: int | None) -> None:
 
 
 def run_arguments(args: argparse.Namespace) -> RunPlan:
-    """The run's `api.RunPlan`: the method and its checked parameters from its flags and --param
+    """The run's `plan.RunPlan`: the method and its checked parameters from its flags and --param
     NAME=VALUE (each parsed by the method's own declaration), every other setting checked and
-    the output settings computed, each once (`api.plan_run`), before any file is read or model loaded."""
-    from ..api import plan_run
+    the output settings computed, each once (`plan.plan_run`), before any file is read or model loaded."""
     from ..engine.sampling import SamplingParams
     from ..methods import built_in, get_method
+    from ..plan import plan_run
 
     method = get_method(args.method)
     cli_flags = {param.name: param.flag for m in built_in().values() for param in m.params if param.flag}
@@ -125,11 +125,13 @@ def _named_as_typed(method, cli_flags: dict[str, str], typed: set[str]):
 
 
 def generate(args: argparse.Namespace) -> int:
-    """`specrej generate`, one way through: (1) every option checked, once (`run_arguments`);
-    (2) the prompts read; then `_generate`: (3) the output opened, once (lock, torn tail, finished
-    records, resume check), (4) the generator and (5) the reward loaded, (6) the loop over the
-    prompts left (`api.run_planned`), (7) the exit status."""
-    from ..records.io import read_prompts
+    """`specrej generate`, one way through, each step in its own module, entered once:
+    (1) every option checked, once (`run_arguments`: `plan.plan_run`); (2) the prompts read
+    (`records.prompts`); then `_generate`: (3) the output opened, once (`records.io.RecordWriter`:
+    lock, torn tail, finished records, resume check), (4) the generator (`engine.load`) and (5) the
+    reward (`rewards.reward`) loaded, (6) the loop over the prompts left (`api.run_planned`), (7) the
+    exit status."""
+    from ..records.prompts import read_prompts
 
     plan = run_arguments(args)  # every option and file parameter, before a model loads
     prompts = read_prompts(args.prompts)
@@ -155,13 +157,15 @@ def _finished(out: str, prompts: list) -> int | str:
 
 
 def _generate(args: argparse.Namespace, prompts: list, plan: RunPlan) -> int:
-    from ..api import ENGINE_SETTINGS, load_engine, run_planned
+    from ..api import run_planned
+    from ..engine.load import load_engine
     from ..records.io import RecordWriter
     from ..rewards.reward import load_reward
 
     # opened once, before any model loads: a second run on OUT, or a resume with other settings, is
     # refused at once; the dtype and device are compared once the generator is loaded (run_planned)
-    with RecordWriter(args.out, plan.settings, retry_failed=args.retry_failed, unknown=ENGINE_SETTINGS) as writer:
+    with RecordWriter(args.out, plan.settings, retry_failed=args.retry_failed,
+                      unknown=plan.unknown_settings) as writer:
         engine = load_engine(args.model, dtype=args.dtype, device=args.device,
                              trust_remote_code=args.trust_remote_code, prompt_format=args.prompt_format,
                              compile=args.compile)

@@ -13,7 +13,7 @@ from ..errors import shown
 # Bad input fails with one line, `specrej: error: --option ...`, and exit status 2, before any
 # model or prompt file is read: the parser's types below read each value's syntax (the usage
 # errors of `_Parser`), and the ranges and combinations are checked by one function for the CLI
-# and the Python API alike (api.check_run for generate, prefixes.score_prefix_file's entry for
+# and the Python API alike (plan.check_run for generate, prefixes.score_prefix_file's entry for
 # score-prefixes).
 
 

@@ -79,7 +79,7 @@ class Engine:
     # How prompts are rendered (--prompt-format): "chat" = the tokenizer's chat template, one user
     # turn and the generation prompt; "plain" = the prompt text with the tokenizer's own special
     # tokens (BOS), as the paper prompts its base models; "auto" = chat when the tokenizer has a
-    # template, else plain. Set per engine by `api.load_engine`.
+    # template, else plain. Set per engine by `engine.load.load_engine`.
     PROMPT_FORMATS = ("auto", "chat", "plain")
     prompt_format = "auto"
 

@@ -1,4 +1,4 @@
-"""Prompts in; trajectories out as JSON Lines, one line per prompt, appended atomically.
+"""Trajectories out as JSON Lines, one line per prompt, appended atomically (prompts in: `records.prompts`).
 
 Trajectory record (one line per prompt; `Result.to_record` builds it):
   prompt_id, prompt, method (the method's record_method or name), params {..., model, reward,
@@ -24,7 +24,6 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecrejError
@@ -34,65 +33,6 @@ from ..errors import SpecrejError
 PREFIX_DTYPES = {"prompt_id": "str", "candidate_id": "int64", "tau": "int64", "partial_score": "float64",
                  "final_score": "float64", "num_tokens": "int64", "finished_before_tau": "bool"}
 PREFIX_COLUMNS = tuple(PREFIX_DTYPES)
-
-
-@dataclass(frozen=True)
-class PromptItem:
-    prompt_id: int | str
-    prompt: str
-
-
-def read_prompts(path: str | os.PathLike) -> list[PromptItem]:
-    """Prompts from .json (a list of objects with `prompt` or `instruction`, or of strings),
-    .jsonl (one such object per line) or .txt (one prompt per non-blank line).
-
-    An object's `prompt_id` or `id` names it; otherwise its position in the file does. An
-    AlpacaFarm-style `input` field is appended to the instruction.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise SpecrejError(f"prompts file not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise SpecrejError(f"cannot read prompts file {path}: {error}") from error
-    if path.suffix == ".txt":
-        return [PromptItem(i, line) for i, line in enumerate(line for line in text.splitlines() if line.strip())]
-    if path.suffix == ".json":
-        try:
-            entries = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise SpecrejError(f"{path} is not valid JSON: {error}") from error
-        if not isinstance(entries, list):
-            raise SpecrejError(f"{path} must hold a JSON list of prompts")
-    elif path.suffix == ".jsonl":
-        entries = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    entries.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise SpecrejError(f"{path}:{number} is not valid JSON: {error}") from error
-    else:
-        raise SpecrejError(f"prompts file {path} must end in .json, .jsonl or .txt")
-    items = [_prompt_item(entry, i, path) for i, entry in enumerate(entries)]
-    ids = [item.prompt_id for item in items]
-    if len(set(ids)) != len(ids):
-        raise SpecrejError(f"{path} has duplicate prompt ids")
-    return items
-
-
-def _prompt_item(entry, index: int, path: Path) -> PromptItem:
-    if isinstance(entry, str):
-        return PromptItem(index, entry)
-    if not isinstance(entry, dict) or not ({"prompt", "instruction"} & entry.keys()):
-        raise SpecrejError(f"{path}: entry {index} has neither 'prompt' nor 'instruction'")
-    prompt = entry.get("prompt", entry.get("instruction"))
-    if not isinstance(prompt, str):
-        raise SpecrejError(f"{path}: entry {index}: the prompt must be a string")
-    if entry.get("input"):
-        prompt = f"{prompt}\n\n{entry['input']}"
-    return PromptItem(entry.get("prompt_id", entry.get("id", index)), prompt)
 
 
 def read_records(path: str | os.PathLike) -> list[dict]:
@@ -169,7 +109,7 @@ def output_lock(path: str | os.PathLike) -> Iterator[None]:
 def check_resume(path: str | os.PathLike, settings: dict, records: list[dict] | None = None,
                  unknown: Iterable[str] = ()) -> None:
     """Refuse to append to `path` when its records were made with other `settings` (every
-    setting that changes the output, `api.output_settings`; those in `unknown` are not known yet
+    setting that changes the output, `plan.output_settings`; those in `unknown` are not known yet
     and not compared: `RecordWriter.settle` compares them once they are), naming the first one
     that differs, or saying that the method's code changed; records without settings (not
     written by `specrej generate`) are refused too."""
@@ -247,7 +187,7 @@ class RecordWriter:
         """The settings that were unknown when the writer opened, now known (`known`: e.g. the
         loaded engine's dtype and device), compared with the file's records as the others were
         (a setting known at opening must agree with its value then); then `retry_failed` applies.
-        Returns every setting, in `api.output_settings`' order."""
+        Returns every setting, in `plan.output_settings`' order."""
         for key, value in known.items():
             if key not in self.unknown and self.settings.get(key) != value:
                 raise ValueError(f"{self.path} was opened for {key}={self.settings.get(key)!r}, not {value!r}")

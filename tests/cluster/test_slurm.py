@@ -240,7 +240,7 @@ def test_tiny_workflow_runs_through_slurm(slurm, generator_dir, tmp_path):
         assert jobs[job_id]["partition"] == str(wanted["slurm_partition"]), (rule, jobs[job_id])
         if "gres" in wanted:  # the GPU rules asked SLURM for their GPU
             assert jobs[job_id]["tres"] == f"gres:{wanted['gres']}", (rule, jobs[job_id])
-    assert {"bon_shard", "method_run", "calibration_fit", "table1"} <= set(submitted.values())
+    assert {"reference_shard", "method_run", "calibration_fit", "table1"} <= set(submitted.values())
 
     # every output of `rule all` exists, and nothing is left to do
     results = tmp_path / "results"

@@ -247,11 +247,11 @@ def test_chunk_params_digest_is_pinned():
 
 
 def test_bon_sources(config):
-    assert plan.bon_sources(config, 2) == ("direct", 2)
-    assert plan.bon_sources(config, 4) == ("shards", 1)
-    assert plan.bon_sources(config, 8) == ("shards", 2)
+    assert plan.reference_sources(config, 2) == ("direct", 2)
+    assert plan.reference_sources(config, 4) == ("shards", 1)
+    assert plan.reference_sources(config, 8) == ("shards", 2)
     config["methods"][0]["shard_size"] = None
-    assert plan.bon_sources(config, 8) == ("direct", 8)
+    assert plan.reference_sources(config, 8) == ("direct", 8)
 
 
 def test_merged_runs_in_order(config):
@@ -278,7 +278,7 @@ def test_labels(config):
 
 def test_bon_args_shard(config):
     # shard 1: seed 0 + 1; no batch size or budget configured; the reward model needs remote code
-    assert job_options.bon_args(config, config["pairs"][0], n=4, seed_offset=1) == (
+    assert job_options.reference_args(config, config["pairs"][0], n=4, seed_offset=1) == (
         "--model gen-model --reward rm-model --method bon --max-new-tokens 256 --temperature 1.0 --top-p 1.0 "
         "--top-k 0 --seed 1 --device auto --dtype auto --reward-batch-size 16 --no-progress --exit-zero --n 4 "
         "--trust-remote-code")
@@ -312,7 +312,7 @@ def test_bon_args_batch_is_capped_at_n_and_budgets_override(config):
     config["memory_budget"] = "27MiB"
     config["generators"]["g"]["dtype"] = "bfloat16"
     config["sampling"]["temperature"] = 0.7
-    args = job_options.bon_args(config, config["pairs"][1], n=4)
+    args = job_options.reference_args(config, config["pairs"][1], n=4)
     assert args.endswith("--n 4 --param batch_size=4 --memory-budget 1GiB")
     assert "--temperature 0.7 " in args and "--dtype bfloat16 " in args
     assert job_options.method_args(config, config["pairs"][1], "sr", {"alpha": 0.5}).endswith(
@@ -320,10 +320,10 @@ def test_bon_args_batch_is_capped_at_n_and_budgets_override(config):
 
 
 def test_engine_args_pass_a_prompt_format_other_than_auto(config):
-    auto = job_options.bon_args(config, config["pairs"][1], n=2)
+    auto = job_options.reference_args(config, config["pairs"][1], n=2)
     assert "--prompt-format" not in auto  # the CLI's default: the jobs' options are as before the key existed
     config["generators"]["g"]["prompt_format"] = "plain"
-    assert job_options.bon_args(config, config["pairs"][1], n=2) == (
+    assert job_options.reference_args(config, config["pairs"][1], n=2) == (
         "--model gen-model --reward logprob --method bon --prompt-format plain --max-new-tokens 256 "
         "--temperature 1.0 --top-p 1.0 --top-k 0 --seed 0 --device auto --dtype auto --reward-batch-size 16 "
         "--no-progress --exit-zero --n 2")
@@ -336,15 +336,15 @@ def test_engine_args_pass_a_prompt_format_other_than_auto(config):
 
 def test_engine_args_pass_a_compile_setting_other_than_auto_and_yaml_bare_words(config):
     assert config["generators"]["g"]["compile"] == "auto"
-    assert "--compile" not in job_options.bon_args(config, config["pairs"][1], n=2)  # the CLI's default
+    assert "--compile" not in job_options.reference_args(config, config["pairs"][1], n=2)  # the CLI's default
     for setting, passed in (("on", "on"), (True, "on"), ("off", "off"), (False, "off")):  # YAML: on -> true
         config["generators"]["g"]["compile"] = setting
-        assert f"--method bon --compile {passed} --max-new-tokens" in job_options.bon_args(config, config["pairs"][1], n=2)
+        assert f"--method bon --compile {passed} --max-new-tokens" in job_options.reference_args(config, config["pairs"][1], n=2)
 
 
 def test_engine_args_are_quoted_for_the_shell(config):
     config["generators"]["g"]["model"] = "/models/my model"
-    args = job_options.bon_args(config, config["pairs"][1], n=2)
+    args = job_options.reference_args(config, config["pairs"][1], n=2)
     assert args.startswith("--model '/models/my model' --reward logprob ")
     assert shlex.split(args)[1] == "/models/my model"
 
@@ -358,7 +358,7 @@ def test_engine_options_parse_with_the_engines_own_parser(config):
     config["methods"][1]["grid"]["decision_tokens"] = [[8]]
     config["methods"][1]["memory_budget"] = "64MiB"
     config["generators"]["g"]["prompt_format"] = "chat"
-    jobs = [job_options.bon_args(config, pair, n=8, seed_offset=2) for pair in config["pairs"]] + [
+    jobs = [job_options.reference_args(config, pair, n=8, seed_offset=2) for pair in config["pairs"]] + [
         job_options.method_args(config, pair, run["spec"], run["params"], run["memory_budget"])
         for pair in config["pairs"] for run in plan.method_settings(config).values()]
     for args in jobs:
@@ -480,7 +480,7 @@ def test_the_message_of_failed_jobs_says_how_to_resume(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     jobs = [{"rule": "sr", "wildcards": "pair=g--rm, alpha=0.5, chunk=chunk0000",
              "logs": ["results/logs/sr/g--rm/alpha0.5/chunk0000.log"]},
-            {"rule": "merge_bon", "wildcards": "", "logs": ["a.log", "b.log"]}]
+            {"rule": "merge_reference", "wildcards": "", "logs": ["a.log", "b.log"]}]
     log = tmp_path / "results/logs/sr/g--rm/alpha0.5/chunk0000.log"
     log.parent.mkdir(parents=True)
     log.write_text("specrej generate ...\nspecrej: error: model path not found: /x\n\n")
@@ -489,7 +489,7 @@ def test_the_message_of_failed_jobs_says_how_to_resume(tmp_path, monkeypatch):
         "specrej: 2 job(s) failed; finished jobs are kept:",
         "  sr (pair=g--rm, alpha=0.5, chunk=chunk0000): log results/logs/sr/g--rm/alpha0.5/chunk0000.log",
         "    last line: specrej: error: model path not found: /x",
-        "  merge_bon: log a.log, b.log",
+        "  merge_reference: log a.log, b.log",
         "Fix the cause, then resume with the same command: make study",
     ]
     assert messages.resume_command(["/venv/bin/snakemake", "--cores", "2", "--configfile", "my config.yaml"], {}) == \
@@ -586,7 +586,7 @@ def test_grid_config_replaces_the_defaults_pairs_and_methods():
     assert list(plan.method_settings(config)) == [("sr", "alpha0.5"), ("sr", "alpha0.7"), ("sr", "alpha0.9")]
     assert config["evaluation"]["judge"] is None and plan.judge_model_spec(config) is None
     assert list(plan.study_models(config).values()) == ["default", "gemma3-270m"]
-    gemma = job_options.bon_args(config, jobs.pairs["gemma3-270m--logprob"], n=16)
+    gemma = job_options.reference_args(config, jobs.pairs["gemma3-270m--logprob"], n=16)
     assert gemma.startswith("--model gemma3-270m --reward logprob --method bon --prompt-format plain "
                             "--max-new-tokens 64 ")
     assert "--dtype bfloat16 " in gemma and gemma.endswith("--n 16 --memory-budget 27MiB")
@@ -665,3 +665,22 @@ def test_the_retired_bon_and_sr_blocks_are_refused_with_the_entries_that_say_the
                                                               "max_init_batch": [128]}, "calibration_prompts": [2, 3]}]
     plan.validate_config(raw_config, SCHEMA)
     assert list(plan.method_settings(raw_config)) == [("sr", "alpha0.5"), ("sr", "delta0.05")]
+
+
+def test_resources_set_for_a_rule_the_workflow_lacks_are_named_with_the_new_name():
+    rules = ["reference_shard", "method_run", "table1"]
+    assert plan.unknown_rule_settings({"set-resources": ["reference_shard"], "set-threads": ["method_run"]},
+                                      rules) is None
+    assert plan.unknown_rule_settings({"set-resources": ["bon_shard", "tabel1"], "set-threads": []}, rules) == (
+        "the profile or command line sets resources or threads for rules this workflow does not have: "
+        "bon_shard (set-resources; now reference_shard), tabel1 (set-resources)")
+
+
+def test_the_slurm_profile_sets_resources_only_for_rules_the_workflow_has():
+    import yaml
+
+    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    rule_names = {line.split()[1].rstrip(":") for path in (ROOT / "workflow" / "rules").glob("*.smk")
+                  for line in path.read_text().splitlines() if line.startswith("rule ")}
+    assert set(profile["set-resources"]) <= rule_names
+    assert {"reference_shard", "method_run"} <= set(profile["set-resources"])

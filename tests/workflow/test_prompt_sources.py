@@ -5,7 +5,7 @@ tatsu-lab/alpaca_farm (revision refs/convert/parquet): one folder per config and
 CONFIG/SPLIT/0000.parquet. These tests build a small dataset in that layout on disk (with other
 configs beside it, as on the Hub) and check that the loader reads the right config and split,
 keeps the `select` rows in their order with the row index as prompt_id, and joins `instruction`
-and `input` as specrej.records.io.read_prompts does. Nothing touches the network: the Hub and datasets
+and `input` as specrej.records.prompts.read_prompts does. Nothing touches the network: the Hub and datasets
 are set offline and their caches point into the test's folder.
 """
 
@@ -158,7 +158,7 @@ def test_the_workflow_rule_reads_the_local_export(tmp_path, offline_env, alpaca_
 
 
 def test_study_prompt_set_reads_as_a_prompts_file():
-    from specrej.records.io import read_prompts
+    from specrej.records.prompts import read_prompts
 
     items = read_prompts(ROOT / "examples" / "study_prompts.json")
     assert len(items) >= 28 and all(isinstance(item.prompt_id, str) and item.prompt.strip() for item in items)

@@ -60,26 +60,26 @@ def methods_overlay(*entries, without: str | None = None) -> str:
     # correlation study scores Best-of-N's own responses (no generation of its own); the
     # random-halting control at SR's alphas 0.5 and 0.9, ST-BoN at N = 32, DeepConf at N = 32 and
     # Pandora at N = 64 (methods:); no adaptive SR
-    (None, {"bon_shard": 8, "bon_direct": None, "method_run": 3 + 2 + 1 + 1 + 1,
+    (None, {"reference_shard": 8, "reference_direct": None, "method_run": 3 + 2 + 1 + 1 + 1,
             "generate_correlation": None, "score_prefixes": 1, "calibration_fit": None, "adaptive_survival": None,
-            "merge_bon": 4, "merge_method": 3 + 2 + 1 + 1 + 1, "table1": 1, "table2": 1,
+            "merge_reference": 4, "merge_method": 3 + 2 + 1 + 1 + 1, "table1": 1, "table2": 1,
             "figure2": 1, "figure3": 1, "figure4": 1, "correlation_summary": 1, "decisions": 1}),
     # config/adaptive.yaml over it: adaptive SR at 2 deltas (method_run too), fit on 10 held-out
     # prompts (1 chunk: Best-of-N shards 0-1, scored)
-    ("config/adaptive.yaml", {"bon_shard": 8 + 2, "method_run": 8 + 2, "score_prefixes": 1 + 1,
+    ("config/adaptive.yaml", {"reference_shard": 8 + 2, "method_run": 8 + 2, "score_prefixes": 1 + 1,
                               "calibration_fit": 1, "adaptive_survival": 1, "merge_method": 8 + 2}),
     # config/all-methods.yaml over it: the control at alpha 0.7, ST-BoN at N = 128, DeepConf at N = 32
     # and 64 x eta 0.1 and 0.9, Pandora at N = 128 x 3 costs
-    ("config/all-methods.yaml", {"bon_shard": 8, "method_run": 3 + 3 + 2 + 4 + 3, "merge_method": 3 + 3 + 2 + 4 + 3}),
+    ("config/all-methods.yaml", {"reference_shard": 8, "method_run": 3 + 3 + 2 + 4 + 3, "merge_method": 3 + 3 + 2 + 4 + 3}),
     # 12 pairs x 10 chunks of 10 prompts: 32 shards of Bo120, 9 alphas; the 9 reward-model pairs
     # get the correlation study, every N is a multiple of 120 (no direct runs)
     # config/grid.yaml: 2 pairs x the default's 8 shards of Bo16 and 3 alphas, no other method; both
     # pairs in the correlation study (Figure 4's two rows); two models fetched and no judge's
-    ("config/grid.yaml", {"fetch_model": 2, "bon_shard": 2 * 8, "method_run": 2 * 3, "merge_bon": 2 * 4,
+    ("config/grid.yaml", {"fetch_model": 2, "reference_shard": 2 * 8, "method_run": 2 * 3, "merge_reference": 2 * 4,
                           "merge_method": 2 * 3, "score_prefixes": 2, "correlation_statistics": 2,
                           "correlation_summary": 1, "figure3": 1, "figure4": 1, "table1": 1, "table2": 1}),
-    ("config/paper.yaml", {"bon_shard": 12 * 10 * 32, "bon_direct": None, "method_run": 12 * 10 * 9,
-                           "merge_bon": 12 * 6, "merge_method": 12 * 9, "generate_correlation": None, "score_prefixes": 9 * 10,
+    ("config/paper.yaml", {"reference_shard": 12 * 10 * 32, "reference_direct": None, "method_run": 12 * 10 * 9,
+                           "merge_reference": 12 * 6, "merge_method": 12 * 9, "generate_correlation": None, "score_prefixes": 9 * 10,
                            "calibration_fit": None,
                            "prompt_chunk": 10, "table1": 1, "table2": 1}),
 ])
@@ -159,6 +159,15 @@ def test_bad_config_stops_before_any_job_with_one_message(tmp_path, config, mess
     assert result.stderr.count("invalid config") == 1
     assert "Failed validating" not in result.stderr  # no schema dump
     assert not (tmp_path / "results").exists()  # nothing ran
+
+
+def test_a_profile_setting_resources_for_a_rule_the_workflow_lacks_stops_it(tmp_path):
+    """Snakemake itself ignores --set-resources for an unknown rule (a GPU job would go to the CPU
+    partition); the workflow stops with the rule's new name."""
+    result = snakemake("-n", "--cores", "1", "--set-resources", "bon_shard:gpu=1", cwd=tmp_path)
+    assert result.returncode != 0
+    assert ("the profile or command line sets resources or threads for rules this workflow does not have: "
+            "bon_shard (set-resources; now reference_shard)") in result.stdout + result.stderr
 
 
 def test_a_failed_job_ends_with_its_name_its_log_and_the_command_that_resumes(tmp_path):
@@ -273,7 +282,7 @@ def test_tiny_run_from_an_empty_cache_survives_a_kill_and_produces_every_output(
     # the model was prepared by its fetch job alone: no generation job fetched or converted it
     fetch_logs = list((results / "logs/fetch_model").glob("*.log"))
     assert len(fetch_logs) == 1 and "specrej: converting" in fetch_logs[0].read_text()
-    generation_logs = [p for rule in ("bon_shard", "bon_direct", "method_run")
+    generation_logs = [p for rule in ("reference_shard", "reference_direct", "method_run")
                        for p in (results / "logs" / rule).rglob("*.log")]
     assert generation_logs and not [p for p in generation_logs
                                     if "specrej: converting" in p.read_text() or "waiting for" in p.read_text()]

@@ -51,6 +51,17 @@ def setup_plan(config):
     ANALYSIS_RESOURCES = {"gpu": 0, **{key: config["resources"]["analysis"][key] for key in ("mem_mb", "runtime")}}
 
 
+
+def check_rule_settings():
+    """Stop, with one line, when a profile or the command line sets resources or threads for a rule
+    this workflow does not have (called once every rule is defined)."""
+    settings = workflow.resource_settings
+    message = plan.unknown_rule_settings({"set-resources": settings.overwrite_resources.keys(),
+                                          "set-threads": settings.overwrite_threads.keys()},
+                                         (rule.name for rule in workflow.rules))
+    if message:
+        raise WorkflowError(message)
+
 wildcard_constraints:
     pair="[^/]+",
     chunk="[^/]+",
@@ -105,27 +116,27 @@ def run_pair(path):
     return Path(path).relative_to(f"{RESULTS}/runs").parts[0]
 
 
-def bon_files(pair, n, chunks):
+def reference_files(pair, n, chunks):
     """The Best-of-N files that make Bo-n of `chunks`: a direct run, or shards 0..n/shard_size-1."""
-    kind, count = plan.bon_sources(config, n)
+    kind, count = plan.reference_sources(config, n)
     if kind == "direct":
         return [f"{RESULTS}/runs/{pair}/{REFERENCE_DIR}/n{count}/{chunk}.jsonl" for chunk in chunks]
     return [f"{RESULTS}/runs/{pair}/{REFERENCE_DIR}/shard{k}/{chunk}.jsonl" for chunk in chunks for k in range(count)]
 
 
-def bon_chunk_inputs(wildcards):
-    return bon_files(wildcards.pair, int(wildcards.n), CHUNKS)
+def reference_chunk_inputs(wildcards):
+    return reference_files(wildcards.pair, int(wildcards.n), CHUNKS)
 
 
-def bon_shards(wildcards):
-    kind, count = plan.bon_sources(config, int(wildcards.n))
+def reference_shards(wildcards):
+    kind, count = plan.reference_sources(config, int(wildcards.n))
     return count if kind == "shards" else 1
 
 
 def correlation_trajectories(wildcards):
     """The Best-of-N files of a chunk whose responses the correlation study scores: a direct
     Bo-n run, or shards 0..n/shard_size-1 (pooled by the score_prefixes job)."""
-    return bon_files(wildcards.pair, config["correlation"]["n"], [wildcards.chunk])
+    return reference_files(wildcards.pair, config["correlation"]["n"], [wildcards.chunk])
 
 
 def adaptive_outputs(name, pairs):
@@ -157,13 +168,13 @@ def judge_model_files():
 # --------------------------------------------------------------------------------------
 
 
-def bon_params(n, seed_offset=lambda wildcards: 0):
-    """params of a Best-of-N rule: `args` (job_options.bon_args, with `n` and `seed_offset`
+def reference_params(n, seed_offset=lambda wildcards: 0):
+    """params of a Best-of-N rule: `args` (job_options.reference_args, with `n` and `seed_offset`
     functions of the wildcards), the `partial` file the engine writes while the job runs, and
     `prompt_ids`."""
 
     def args(wildcards):
-        return job_options.bon_args(config, PAIRS[wildcards.pair], n=n(wildcards), seed_offset=seed_offset(wildcards))
+        return job_options.reference_args(config, PAIRS[wildcards.pair], n=n(wildcards), seed_offset=seed_offset(wildcards))
 
     return {
         "args": args,

@@ -2,10 +2,10 @@
 # setting, then one merged run file per setting: results/runs/<pair>/bon/n<N>.jsonl (the reference
 # entry's ladder: Best-of-N) and results/runs/<pair>/<method>/<setting>.jsonl (e.g. sr/alpha0.5).
 # Every generation job runs scripts/generate.py: `specrej generate` with its params.args
-# (job_options.bon_args, job_options.method_args).
+# (job_options.reference_args, job_options.method_args).
 
 
-rule bon_shard:
+rule reference_shard:
     """One shard of the reference entry's shard_size responses with its own seed (seed + k): the paper's one GPU job."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
@@ -13,11 +13,11 @@ rule bon_shard:
     output:
         f"{RESULTS}/runs/{{pair}}/{REFERENCE_DIR}/shard{{k}}/{{chunk}}.jsonl",
     params:
-        **bon_params(n=lambda wildcards: PLAN.reference["shard_size"], seed_offset=lambda wildcards: int(wildcards.k)),
+        **reference_params(n=lambda wildcards: PLAN.reference["shard_size"], seed_offset=lambda wildcards: int(wildcards.k)),
     log:
-        f"{RESULTS}/logs/bon_shard/{{pair}}/shard{{k}}/{{chunk}}.log",
+        f"{RESULTS}/logs/reference_shard/{{pair}}/shard{{k}}/{{chunk}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/bon_shard/{{pair}}/shard{{k}}/{{chunk}}.tsv"
+        f"{RESULTS}/benchmarks/reference_shard/{{pair}}/shard{{k}}/{{chunk}}.tsv"
     threads: config["resources"]["generate"]["threads"]
     resources:
         **step_resources("generate"),
@@ -27,7 +27,7 @@ rule bon_shard:
         "../scripts/generate.py"
 
 
-rule bon_direct:
+rule reference_direct:
     """Best-of-N below one shard (or without shards): one run of N responses."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
@@ -35,11 +35,11 @@ rule bon_direct:
     output:
         f"{RESULTS}/runs/{{pair}}/{REFERENCE_DIR}/n{{n}}/{{chunk}}.jsonl",
     params:
-        **bon_params(n=lambda wildcards: int(wildcards.n)),
+        **reference_params(n=lambda wildcards: int(wildcards.n)),
     log:
-        f"{RESULTS}/logs/bon_direct/{{pair}}/n{{n}}/{{chunk}}.log",
+        f"{RESULTS}/logs/reference_direct/{{pair}}/n{{n}}/{{chunk}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/bon_direct/{{pair}}/n{{n}}/{{chunk}}.tsv"
+        f"{RESULTS}/benchmarks/reference_direct/{{pair}}/n{{n}}/{{chunk}}.tsv"
     threads: config["resources"]["generate"]["threads"]
     resources:
         **step_resources("generate"),
@@ -49,18 +49,18 @@ rule bon_direct:
         "../scripts/generate.py"
 
 
-rule merge_bon:
+rule merge_reference:
     """Bo-N: the best of shards 0..N/shard_size-1 for every prompt (or the direct run's records)."""
     input:
-        bon_chunk_inputs,
+        reference_chunk_inputs,
     output:
         f"{RESULTS}/runs/{{pair}}/{REFERENCE_DIR}/n{{n}}.jsonl",
     params:
-        shards=bon_shards,
+        shards=reference_shards,
     log:
-        f"{RESULTS}/logs/merge_bon/{{pair}}/n{{n}}.log",
+        f"{RESULTS}/logs/merge_reference/{{pair}}/n{{n}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/merge_bon/{{pair}}/n{{n}}.tsv"
+        f"{RESULTS}/benchmarks/merge_reference/{{pair}}/n{{n}}.tsv"
     resources:
         **ANALYSIS_RESOURCES,
     conda:

@@ -1,6 +1,6 @@
-"""`specrej generate` for one job of a generation rule (bon_shard, bon_direct, method_run).
+"""`specrej generate` for one job of a generation rule (reference_shard, reference_direct, method_run).
 
-params.args holds the job's options (workflow/job_options.py: bon_args, method_args). The engine appends to
+params.args holds the job's options (workflow/job_options.py: reference_args, method_args). The engine appends to
 params.partial, a file named by those options that it resumes when a killed job is rerun; only
 a finished file is moved onto the output, so Snakemake never sees a half run.
 """

@@ -2,7 +2,7 @@
 Hugging Face dataset "NAME[:CONFIG]", keeping the rows of `select` (0-based) in that order.
 
 A dataset row's index is its prompt_id (AlpacaFarm: the af_eval_idx); `instruction` + `input`
-rows become one prompt exactly as `specrej generate` reads them (specrej.records.io.read_prompts).
+rows become one prompt exactly as `specrej generate` reads them (specrej.records.prompts.read_prompts).
 
 NAME is a Hub dataset id or a local directory. The Hub's automatic parquet export (revision
 refs/convert/parquet) and a local copy of it hold one folder per config and split,
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specrej.records.io import read_prompts
+from specrej.records.prompts import read_prompts
 
 PARQUET_EXPORT = "refs/convert/parquet"  # the Hub's parquet export branch: CONFIG/SPLIT/NNNN.parquet
 
@@ -56,7 +56,7 @@ def dataset_rows(spec: str, split: str | None, revision: str | None, select: lis
 
 
 def prompt_items(source: str, select: list[int] | None, split: str | None = None, revision: str | None = None):
-    """The study's prompts (specrej.records.io.PromptItem) from a local file or a dataset spec."""
+    """The study's prompts (specrej.records.prompts.PromptItem) from a local file or a dataset spec."""
     if source.endswith((".json", ".jsonl", ".txt")) or Path(source).is_file():
         items = read_prompts(source)
         return items if select is None else [items[i] for i in select]

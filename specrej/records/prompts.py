@@ -1,0 +1,69 @@
+"""A prompts file read into `PromptItem`s: .json, .jsonl or .txt, each prompt with its id."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SpecrejError
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    prompt_id: int | str
+    prompt: str
+
+
+def read_prompts(path: str | os.PathLike) -> list[PromptItem]:
+    """Prompts from .json (a list of objects with `prompt` or `instruction`, or of strings),
+    .jsonl (one such object per line) or .txt (one prompt per non-blank line).
+
+    An object's `prompt_id` or `id` names it; otherwise its position in the file does. An
+    AlpacaFarm-style `input` field is appended to the instruction.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SpecrejError(f"prompts file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise SpecrejError(f"cannot read prompts file {path}: {error}") from error
+    if path.suffix == ".txt":
+        return [PromptItem(i, line) for i, line in enumerate(line for line in text.splitlines() if line.strip())]
+    if path.suffix == ".json":
+        try:
+            entries = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise SpecrejError(f"{path} is not valid JSON: {error}") from error
+        if not isinstance(entries, list):
+            raise SpecrejError(f"{path} must hold a JSON list of prompts")
+    elif path.suffix == ".jsonl":
+        entries = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    entries.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise SpecrejError(f"{path}:{number} is not valid JSON: {error}") from error
+    else:
+        raise SpecrejError(f"prompts file {path} must end in .json, .jsonl or .txt")
+    items = [_prompt_item(entry, i, path) for i, entry in enumerate(entries)]
+    ids = [item.prompt_id for item in items]
+    if len(set(ids)) != len(ids):
+        raise SpecrejError(f"{path} has duplicate prompt ids")
+    return items
+
+
+def _prompt_item(entry, index: int, path: Path) -> PromptItem:
+    if isinstance(entry, str):
+        return PromptItem(index, entry)
+    if not isinstance(entry, dict) or not ({"prompt", "instruction"} & entry.keys()):
+        raise SpecrejError(f"{path}: entry {index} has neither 'prompt' nor 'instruction'")
+    prompt = entry.get("prompt", entry.get("instruction"))
+    if not isinstance(prompt, str):
+        raise SpecrejError(f"{path}: entry {index}: the prompt must be a string")
+    if entry.get("input"):
+        prompt = f"{prompt}\n\n{entry['input']}"
+    return PromptItem(entry.get("prompt_id", entry.get("id", index)), prompt)
