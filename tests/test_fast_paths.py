@@ -275,12 +275,13 @@ def test_packed_weights_give_the_bits_of_f_linear(model_dir, model_type):
             assert torch.equal(hidden, plain_hidden)
 
 
-def test_the_compiled_step_matches_eager_with_one_graph_per_row_bucket(model_dir, prompts_file,
-                                                                      tmp_path, monkeypatch):
+def test_the_compiled_step_matches_eager_with_one_graph_per_row_range(model_dir, prompts_file,
+                                                                     tmp_path, monkeypatch):
     """--compile on: the records carry params.compiled and the same tokens as eager (float32: the
     compiled step differs in the last bits, far from flipping a sampled token); SR's batch, shrinking
-    from 12 rows to 6 and as rows finish, runs on one graph per row bucket (`row_chunks`: 12 rows in
-    their buffer of 12 go as 8 + 4, 6 as 4 + 2, fewer on the buckets 4 and 1) and one sampler graph; a model on the fallback path is refused in one line."""
+    from 12 rows to 6 and as rows finish, runs on one graph for 2-64 rows and one for a single row
+    (`row_range`: the rows are a dynamic dimension) and one sampler graph; a model on the fallback
+    path is refused in one line."""
     import torch._dynamo
 
     from specrej.cli.main import main
@@ -306,29 +307,30 @@ def test_the_compiled_step_matches_eager_with_one_graph_per_row_bucket(model_dir
             assert a["final_score"] == pytest.approx(b["final_score"], abs=1e-5)
         batch_sizes |= {r["batch_before"] for r in c["rounds"]} | {r["batch_after"] for r in c["rounds"]}
     assert len(batch_sizes) >= 2  # the compiled step ran at several batch sizes...
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 6  # ...on a graph per bucket, and the sampler's
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 3  # ...on a graph per row range, and the sampler's
     with pytest.raises(SpecrejError, match="only the engine's own forward passes compile"):
         resolve_compile("on", fast_path=False, device=torch.device("cpu"))
     assert resolve_compile("auto", fast_path=True, device=torch.device("cpu")) is False
 
 
 @pytest.mark.parametrize("model_type", MODELS)
-def test_the_static_step_gives_eager_tokens_across_buckets_and_windows(model_dir, model_type):
+def test_the_static_step_gives_eager_tokens_across_row_ranges_and_windows(model_dir, model_type):
     """The compiled step over the whole preallocated cache, masked (Gemma 3's sliding windows too:
-    the prompt is longer than the window), gives the eager step's tokens in float32 at batch sizes
-    that pad to a bucket (5 rows: chunks of 4 and 1; 16: one bucket) while a third of the rows are
-    halted mid-way; hidden states within float32 rounding."""
+    the prompt is longer than the window), gives the eager step's tokens in float32 on each of its
+    three graphs (1 row; 5 and 16 rows on the one for 2-64; 70 rows on the one above, until a third
+    of them are halted mid-way and the 46 left go on the 2-64 one); hidden states within float32
+    rounding."""
     engine = engine_for(model_dir, model_type, "float32")
     compiled = copy.copy(engine)
     compiled.forward = type(engine.forward)(engine.model, compile=True)
     prompt_ids = engine.encode_prompt(PROMPT * 3)
     assert len(prompt_ids) > SLIDING_WINDOW
-    for rows in (5, 16):
+    for rows in (1, 5, 16, 70):
         for (tokens, _, hidden), (c_tokens, _, c_hidden) in zip(
                 run_rows(engine, prompt_ids, rows), run_rows(compiled, prompt_ids, rows), strict=True):
             assert torch.equal(tokens, c_tokens)
             assert torch.allclose(hidden, c_hidden, atol=ATOL)
-    assert compiled.forward.compiled_step.buckets == {1, 4, 16}
+    assert compiled.forward.compiled_step.row_ranges == {"1", "2-64", "65-"}
 
 
 COMPILED_ROLLOUT = """
@@ -342,7 +344,7 @@ rollout = engine.rollout(prompt, 4, 3, SamplingParams(max_new_tokens=3), torch.G
 while rollout.num_rows:
     rollout.step()
 step = engine.forward.compiled_step
-print(json.dumps({"inductor": torch._dynamo.utils.counters["inductor"], "buckets": sorted(step.buckets),
+print(json.dumps({"inductor": torch._dynamo.utils.counters["inductor"], "row_ranges": sorted(step.row_ranges),
                   "loaded": sorted(step.loaded)}))
 """
 
@@ -360,21 +362,15 @@ def test_a_second_process_takes_the_compiled_graphs_from_the_cache(model_dir, tm
         assert run.returncode == 0, run.stderr[-2000:]
         runs.append(json.loads(run.stdout.splitlines()[-1]))
     first, second = runs
-    assert first["buckets"] == second["buckets"] == [4]  # 4 rows: one bucket
-    assert first["loaded"] == [] and second["loaded"] == [4]
-    assert [p.name for p in (tmp_path / "cache" / "compiled").glob("*/*")] == ["step-4.bin"]
+    assert first["row_ranges"] == second["row_ranges"] == ["2-64"]  # 4 rows: one graph
+    assert first["loaded"] == [] and second["loaded"] == ["2-64"]
+    assert [p.name for p in (tmp_path / "cache" / "compiled").glob("*/*")] == ["step-2-64.bin"]
     assert first["inductor"].get("fxgraph_cache_miss") and not first["inductor"].get("fxgraph_cache_hit")
     assert second["inductor"].get("fxgraph_cache_hit") and not second["inductor"].get("fxgraph_cache_miss")
 
 
-def test_row_chunks_pad_to_a_bucket_where_the_buffer_has_the_rows():
-    from specrej.engine.compiled import row_chunks
+def test_a_row_count_takes_the_graph_of_its_range():
+    from specrej.engine.compiled import row_range
 
-    assert row_chunks(0, 11, 16) == [(0, 11, 16)]  # 5 spare rows of the buffer pad it
-    assert row_chunks(0, 16, 16) == [(0, 16, 16)]
-    assert row_chunks(0, 67, 67) == [(0, 64, 64), (64, 2, 2), (66, 1, 1)]  # no spare row: power-of-two chunks
-    assert row_chunks(0, 5, 6) == [(0, 4, 4), (4, 1, 1)]
-    assert row_chunks(8, 3, 16) == [(8, 3, 4)]  # a later chunk of the rows
-    # a power of four where the buffer has its rows (a batch shrinking from 16 meets 16, 4, 1), else of two
-    assert [row_chunks(0, rows, 16)[0][2] for rows in range(1, 17)] == [1] + [4] * 3 + [16] * 12
-    assert row_chunks(0, 5, 8) == [(0, 5, 8)]
+    assert [row_range(rows) for rows in (1, 2, 15, 64, 65, 128, 4096)] == [
+        "1", "2-64", "2-64", "2-64", "65-", "65-", "65-"]  # PACKED_MAX_ROWS = 64: packed GEMMs up to it

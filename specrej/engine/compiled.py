@@ -7,16 +7,16 @@ are static within a phase of a rollout:
   `pos`, which is data (a 0-d tensor, gpt-fast's `input_pos`), with a mask over the slots not yet
   filled (`cache.KVCache` zeroes them, so a masked slot holds finite numbers) and, for a layer with
   a sliding window, over the positions before its window (`first_visible`, data too);
-- rows come in buckets (`row_chunks`), powers of four where the cache's buffer has the rows for
-  one: a batch of 11 live rows runs as a bucket of 16, whose last 5 rows are rows of the buffer
-  that no live row uses, and a Best-of-N batch shrinking from 16 as its rows finish meets 3 graphs
-  (16, 4, 1); where the buffer holds fewer rows, a power of two, or a few power-of-two chunks.
+- the rows are a dynamic dimension too, in three ranges (`row_range`), one graph each: a single
+  row (a size torch specialises), 2 to PACKED_MAX_ROWS rows (the packed GEMMs) and more. SR's
+  halving batch, a Best-of-N batch shrinking as its rows finish and a batch whose size the memory
+  budget chose all run on the graph of their range, each step in one call;
 - the prompt's length, the cache's length and the span of the rows' own KV that attention reads
   (the filled slots rounded up to SPAN_BLOCK) are dynamic dimensions (`torch._dynamo.mark_dynamic`):
   one graph serves every prompt, every re-layout of the cache and every step; an early step does
   not read the unfilled tail of a long cache. The cache keeps a spare slot per row
   (`KVCache(spare_slots=1)`), so that span is never the whole buffer, whose layout would then be
-  a guard of the graph (two graphs per bucket).
+  a guard of the graph (two graphs per row range).
 The weights are the graph's inputs (not constants of a frozen graph), so inductor's on-disk caches
 (`$SPECREJ_CACHE/inductor`) make a second process's compile of the same graph a cache hit. On a
 CPU in bfloat16 the GEMMs still run on oneDNN's packed weights (`linear.pack`): `packed_linear_op`
@@ -62,8 +62,8 @@ def _packed_linear_shape(x, packed, bias):
 
 
 def graph_linear(x: torch.Tensor, weight, bias: torch.Tensor | None) -> torch.Tensor:
-    """The GEMM inside the graph: a packed weight (`linear.PackedWeight`) up to PACKED_MAX_ROWS rows
-    (the shapes are static, so the choice is made once, when the graph is traced), else F.linear."""
+    """The GEMM inside the graph: a packed weight (`linear.PackedWeight`) up to PACKED_MAX_ROWS rows,
+    else F.linear (chosen when the graph is traced: the graph of a row range takes one of the two)."""
     if isinstance(weight, PackedWeight):
         if x.numel() <= PACKED_MAX_ROWS * x.shape[-1]:
             return packed_linear_op(x, weight.packed, bias)
@@ -164,23 +164,11 @@ class StaticSampler(torch.nn.Module):
         return choice.squeeze(-1), logprobs
 
 
-def row_chunks(first_row: int, rows: int, capacity: int) -> list[tuple[int, int, int]]:
-    """(start, rows, bucket) for each call that feeds rows first_row..first_row+rows of a cache
-    buffer with `capacity` rows: one call whose bucket is the next power of four (a Best-of-N
-    batch shrinking from 16 rows as they finish runs on 3 graphs: 16, 4, 1), else the next power
-    of two, where the buffer has the rows for it; else power-of-two chunks (the last one padded
-    where it can be)."""
-    chunks = []
-    while rows:
-        power_of_four = 1 << 2 * ((rows - 1).bit_length() + 1 >> 1)
-        for bucket in (power_of_four, 1 << (rows - 1).bit_length()):
-            if first_row + bucket <= capacity:
-                chunks.append((first_row, rows, bucket))
-                return chunks
-        size = 1 << (rows.bit_length() - 1)
-        chunks.append((first_row, size, size))
-        first_row, rows = first_row + size, rows - size
-    return chunks
+def row_range(rows: int) -> str:
+    """Which graph a step of `rows` rows runs on: the rows are a dynamic dimension, one graph for 2
+    to PACKED_MAX_ROWS rows (the packed GEMMs) and one above (the weights as they are), and one
+    for a single row, a size torch specialises."""
+    return "1" if rows == 1 else f"2-{PACKED_MAX_ROWS}" if rows <= PACKED_MAX_ROWS else f"{PACKED_MAX_ROWS + 1}-"
 
 
 def inductor_cache_dir() -> str:
@@ -207,7 +195,7 @@ def _call(module: torch.nn.Module, *args):
 
 def shape_guards(entries) -> list[bool]:
     """Of a compiled step's guards, the symbolic-shape ones only: which graph a call takes is the
-    row bucket (`CompiledDecode` keeps one per bucket), the weights are the model's own (their
+    row range (`CompiledDecode` keeps one per range), the weights are the model's own (their
     shapes and dtype are in the artifact's key) and packed weights cannot be serialized."""
     return [entry.guard_type == "SHAPE_ENV" for entry in entries]
 
@@ -235,7 +223,7 @@ def artifact_dir(forward) -> Path:
 
 
 class CompiledDecode:
-    """`forward`'s decode step through `StaticDecodeStep`, compiled: one graph per row bucket,
+    """`forward`'s decode step through `StaticDecodeStep`, compiled: one graph per row range,
     compiled ahead of time once per machine (`artifact_dir`) and loaded in a fraction of a second
     by every later process; inductor's own caches serve the sampler's graph."""
 
@@ -243,7 +231,7 @@ class CompiledDecode:
         import torch._dynamo
 
         self.forward_pass = forward
-        # one graph per row bucket (static), each prompt and cache length on it (dynamic)
+        # one graph per row range, each row count, prompt and cache length on it (dynamic)
         torch._dynamo.config.automatic_dynamic_shapes = False
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         # sizes equal at the first call (the span attention reads and the prompt's length, say) stay
@@ -252,8 +240,8 @@ class CompiledDecode:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache_dir()
         # built at first use: a subclass (Gemma 3) finishes setting up after LlamaForward.__init__ made this
         self.module = self.graph = self.sampler = None
-        self.steps: dict = {}  # row bucket -> its compiled step
-        self.buckets: set[int] = set()  # the row buckets run so far (one graph each)
+        self.steps: dict = {}  # row range (`row_range`) -> its compiled step
+        self.row_ranges: set[str] = set()  # the row ranges run so far (one graph each)
         self.loaded: set[int] = set()  # ...of which the graph came from an earlier process's artifact
         self.no_window = torch.zeros(len(forward.layers), dtype=torch.long, device=forward.device)
 
@@ -272,26 +260,26 @@ class CompiledDecode:
         torch._dynamo.mark_dynamic(u, 0)
         return self.sampler(hidden, u, temperature)
 
-    def _step(self, bucket: int, args: tuple) -> torch.Tensor:
-        """The step of `bucket` rows on `args`: its ahead-of-time graph, loaded or compiled and
+    def _step(self, rows: str, args: tuple) -> torch.Tensor:
+        """The step for the row range `rows` on `args`: its ahead-of-time graph, loaded or compiled and
         saved at first use; a call outside the shapes that graph was made for (a one-token prompt,
         say) goes through a graph compiled in this process (`torch.compile`, guarded)."""
-        if bucket not in self.steps:
-            self.steps[bucket] = self._load_or_compile(bucket, args)
-        step = self.steps[bucket]
+        if rows not in self.steps:
+            self.steps[rows] = self._load_or_compile(rows, args)
+        step = self.steps[rows]
         if step is not None and step.guard_check(self.module, *args):
             return step(self.module, *args)
         if self.graph is None:
             self.graph = torch.compile(self.module, fullgraph=True, dynamic=None)
         return self.graph(*args)
 
-    def _load_or_compile(self, bucket: int, args: tuple):
-        path = artifact_dir(self.forward_pass) / f"step-{bucket}.bin"
+    def _load_or_compile(self, rows: str, args: tuple):
+        path = artifact_dir(self.forward_pass) / f"step-{rows}.bin"
         if path.is_file():
             try:
                 with open(path, "rb") as file:
                     step = torch.compiler.load_compiled_function(file)
-                self.loaded.add(bucket)
+                self.loaded.add(rows)
             except Exception as error:  # torch's loader: an artifact it cannot read is compiled again
                 warnings.warn(f"--compile on: recompiling the step ({path} could not be loaded: {error})", stacklevel=2)
             else:
@@ -333,21 +321,21 @@ class CompiledDecode:
         # attention reads the filled slots rounded up to a block, not the whole buffer
         own_positions = torch.arange(min(cache.max_len, -(-(pos + 1) // SPAN_BLOCK) * SPAN_BLOCK), device=fw.device)
         torch._dynamo.mark_dynamic(own_positions, 0)
-        hidden = []
-        for start, rows, bucket in row_chunks(first_row, tokens.shape[0], cache.k[0].shape[0]):
-            # contiguous: one stride (a guard) whatever the rollout's width
-            chunk = tokens[start - first_row : start - first_row + rows, 0].contiguous()
-            if bucket > rows:
-                chunk = torch.cat([chunk, chunk.new_zeros(bucket - rows)])
-            ks = [buffer[start : start + bucket] for buffer in cache.k]
-            vs = [buffer[start : start + bucket] for buffer in cache.v]
-            for t in ks + vs:
-                torch._dynamo.mark_dynamic(t, 2)
-            self.buckets.add(bucket)
-            args = (chunk, position, rotary, first_visible, own_positions, cache.prompt_k, cache.prompt_v, ks, vs)
-            hidden.append(self._step(bucket, args)[:rows])
+        rows = tokens.shape[0]
+        which = row_range(rows)
+        chunk = tokens[:, 0].contiguous()  # one stride (a guard) whatever the rollout's width
+        ks = [buffer[first_row : first_row + rows] for buffer in cache.k]
+        vs = [buffer[first_row : first_row + rows] for buffer in cache.v]
+        for t in ks + vs:
+            torch._dynamo.mark_dynamic(t, 2)
+        if rows > 1:  # torch specialises a size of 1: one row is its own graph
+            for t in [chunk, *ks, *vs]:
+                torch._dynamo.maybe_mark_dynamic(t, 0)
+        self.row_ranges.add(which)
+        args = (chunk, position, rotary, first_visible, own_positions, cache.prompt_k, cache.prompt_v, ks, vs)
+        hidden = self._step(which, args)
         cache.length = pos + 1
-        return hidden[0] if len(hidden) == 1 else torch.cat(hidden)
+        return hidden
 
 
 COMPILE_SETTINGS = ("auto", "on", "off")
