@@ -270,7 +270,7 @@ def check_compiled_step(device, size, tokenizer, workdir, repeats: int) -> dict:
     engine = random_engine(size["speed_shape"], tokenizer, device, torch.bfloat16)
     model, prompt_ids, new_tokens, rows = engine.model, engine.encode_prompt(PROMPT), size["new_tokens"], 64
     compiled_engine = Engine(model, tokenizer, compile="on")
-    first = time_engine(compiled_engine, prompt_ids, rows, new_tokens)  # compiles the step's graphs (one per row bucket) and the sampler
+    first = time_engine(compiled_engine, prompt_ids, rows, new_tokens)  # compiles the step's graphs (one per row range) and the sampler's
     compiled = min(time_engine(compiled_engine, prompt_ids, rows, new_tokens) for _ in range(repeats))
     eager = min(time_engine(engine, prompt_ids, rows, new_tokens) for _ in range(repeats))
     result = {"batch": rows, "new_tokens": new_tokens, "engine_eager_tok_s": rows * new_tokens / eager,

@@ -344,15 +344,15 @@ rollout = engine.rollout(prompt, 4, 3, SamplingParams(max_new_tokens=3), torch.G
 while rollout.num_rows:
     rollout.step()
 step = engine.forward.compiled_step
-print(json.dumps({"inductor": torch._dynamo.utils.counters["inductor"], "row_ranges": sorted(step.row_ranges),
+print(json.dumps({"stats": torch._dynamo.utils.counters["stats"], "row_ranges": sorted(step.row_ranges),
                   "loaded": sorted(step.loaded)}))
 """
 
 
 def test_a_second_process_takes_the_compiled_graphs_from_the_cache(model_dir, tmp_path):
-    """Compiled once per machine: the first process compiles the step ahead of time into
-    $SPECREJ_CACHE/compiled and the sampler into $SPECREJ_CACHE/inductor; a second one (another job
-    of a study) loads the step's artifact and finds the sampler's graph in inductor's cache."""
+    """Compiled once per machine: the first process compiles the step and the sampler ahead of time
+    into $SPECREJ_CACHE/compiled; a second one (another job of a study) loads both artifacts and
+    traces nothing."""
     env = {**os.environ, "SPECREJ_CACHE": str(tmp_path / "cache")}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     runs = []
@@ -363,10 +363,12 @@ def test_a_second_process_takes_the_compiled_graphs_from_the_cache(model_dir, tm
         runs.append(json.loads(run.stdout.splitlines()[-1]))
     first, second = runs
     assert first["row_ranges"] == second["row_ranges"] == ["2-64"]  # 4 rows: one graph
-    assert first["loaded"] == [] and second["loaded"] == ["2-64"]
-    assert [p.name for p in (tmp_path / "cache" / "compiled").glob("*/*")] == ["step-2-64.bin"]
-    assert first["inductor"].get("fxgraph_cache_miss") and not first["inductor"].get("fxgraph_cache_hit")
-    assert second["inductor"].get("fxgraph_cache_hit") and not second["inductor"].get("fxgraph_cache_miss")
+    assert first["loaded"] == [] and second["loaded"] == ["sample-2-64", "step-2-64"]
+    assert sorted(p.name for p in (tmp_path / "cache" / "compiled").glob("*/*")) == ["sample-2-64.bin",
+                                                                                     "step-2-64.bin"]
+    assert first["stats"]["unique_graphs"] == 2  # traced: the step and the sampler
+    assert any((tmp_path / "cache" / "inductor").iterdir())  # its kernels under $SPECREJ_CACHE, not /tmp
+    assert not second["stats"].get("unique_graphs")  # nothing traced
 
 
 def test_a_row_count_takes_the_graph_of_its_range():
@@ -374,3 +376,15 @@ def test_a_row_count_takes_the_graph_of_its_range():
 
     assert [row_range(rows) for rows in (1, 2, 15, 64, 65, 128, 4096)] == [
         "1", "2-64", "2-64", "2-64", "65-", "65-", "65-"]  # PACKED_MAX_ROWS = 64: packed GEMMs up to it
+
+
+def test_the_compiled_graphs_are_keyed_on_the_engines_code_not_its_text(tmp_path):
+    from specrej.engine.compiled import code_digest
+
+    source = tmp_path / "step.py"
+    source.write_text('"""A step."""\n\ndef step(x):\n    """Twice x."""\n    return 2 * x  # doubled\n')
+    before = code_digest([source])
+    source.write_text('"""A step, redocumented."""\n\n\ndef step(x):\n    """x, twice."""\n\n    return 2 * x\n')
+    assert code_digest([source]) == before  # docstrings, comments and layout
+    source.write_text('"""A step."""\n\ndef step(x):\n    """Twice x."""\n    return 3 * x\n')
+    assert code_digest([source]) != before

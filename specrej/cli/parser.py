@@ -160,11 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
                           "models; 'auto' is chat when the tokenizer has a chat template, else plain. Recorded in "
                           "each record's params.prompt_format (chat or plain)")
     gen.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
-                     help="the decode step as one torch.compile graph over static shapes, one per power-of-two row "
-                          "bucket, with plain sampling compiled too (the engine's own forward passes only; graphs "
-                          "cached in $SPECREJ_CACHE/inductor); 'auto' is off on every device today (on a CPU a "
-                          "study job is too short to pay the compile; not yet measured on CUDA: docs/results.md). "
-                          "A compiled run's records carry params.compiled")
+                     help="the decode step as one torch.compile graph, gpt-fast style (static KV cache, the "
+                          "position as data; the rows a dynamic dimension: one graph for 1 row, one for 2-64, one "
+                          "above), with plain sampling compiled too (the engine's own forward passes only); each "
+                          "graph compiled ahead of time once per machine into $SPECREJ_CACHE/compiled. 'auto' is "
+                          "off on every device today (on a CPU a study job gains too little to pay the first "
+                          "compile; not yet measured on CUDA: docs/results.md). A compiled run's records carry "
+                          "params.compiled")
     from ..methods import built_in
 
     gen.add_argument("--method", required=True, metavar="METHOD",

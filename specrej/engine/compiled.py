@@ -17,14 +17,14 @@ are static within a phase of a rollout:
   not read the unfilled tail of a long cache. The cache keeps a spare slot per row
   (`KVCache(spare_slots=1)`), so that span is never the whole buffer, whose layout would then be
   a guard of the graph (two graphs per row range).
-The weights are the graph's inputs (not constants of a frozen graph), so inductor's on-disk caches
-(`$SPECREJ_CACHE/inductor`) make a second process's compile of the same graph a cache hit. On a
-CPU in bfloat16 the GEMMs still run on oneDNN's packed weights (`linear.pack`): `packed_linear_op`
-calls them as an opaque op, which is what inductor's freezing would do, without freezing's
-compile that no cache keeps.
+Each graph is compiled ahead of time once per machine (`torch.compile(...).aot_compile`, only its
+shape guards kept) and saved under `artifact_dir`; a later process loads it in a fraction of a
+second. The weights are the graph's inputs (not constants of a frozen graph, which could not be
+saved): on a CPU in bfloat16 the GEMMs still run on oneDNN's packed weights (`linear.pack`):
+`packed_linear_op` calls them as an opaque op, which is what inductor's freezing would do.
 
-Plain sampling with the lm_head is a second graph (`StaticSampler`, the forward pass's
-`sample_plain`); prefill (one call per prompt) and top-k / top-p sampling stay eager, and so does a
+Plain sampling with the lm_head is a graph of its own (`StaticSampler`, the forward pass's
+`sample_plain`), on the same row ranges; prefill (one call per prompt) and top-k / top-p sampling stay eager, and so does a
 step that collects every layer's states (ST-BoN). No CUDA graphs yet: the cache's buffers
 are inputs that the graph writes, which CUDA graph trees do not capture (not measured: no GPU).
 
@@ -36,6 +36,7 @@ every op: a different sample of the same distribution (docs/results.md, "The dec
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -152,12 +153,12 @@ class StaticSampler(torch.nn.Module):
         self.weight, self.bias = as_parameters(self, weight), as_parameters(self, bias)
         self.softcap = getattr(forward, "final_logit_softcapping", None)
 
-    def forward(self, hidden: torch.Tensor, u: torch.Tensor, temperature: float):
+    def forward(self, hidden: torch.Tensor, u: torch.Tensor, temperature: torch.Tensor):
         logits = graph_linear(hidden, self.weight, self.bias)
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         logits = logits.float()
-        tempered = logits / temperature if temperature != 1 else logits
+        tempered = logits / temperature  # a 0-d tensor: one graph for every temperature
         cdf = tempered.softmax(-1).cumsum(-1)
         choice = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_max(cdf.shape[-1] - 1)
         logprobs = logits.gather(-1, choice).squeeze(-1) - logits.logsumexp(-1)
@@ -203,7 +204,7 @@ def shape_guards(entries) -> list[bool]:
 def artifact_dir(forward) -> Path:
     """$SPECREJ_CACHE/compiled/<key>: the compiled steps of models with `forward`'s architecture
     (not its weights, which each call passes), keyed by what the generated code depends on: the
-    model's config, dtype and weight layout, the engine's source, torch and the machine."""
+    model's config, dtype and weight layout, the engine's code (`code_digest`), torch and the machine."""
     from ..models.cache import cache_dir
 
     config = {k: v for k, v in forward.config.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
@@ -217,15 +218,30 @@ def artifact_dir(forward) -> Path:
                  PACKED_MAX_ROWS, json.dumps(config, sort_keys=True, default=str),
                  [type(w).__name__ for w in forward.eager_run.weights[0]]):
         key.update(repr(part).encode())
-    for source in sorted(Path(__file__).parent.glob("*.py")):
-        key.update(source.read_bytes())
+    key.update(code_digest(sorted(Path(__file__).parent.glob("*.py"))).encode())
     return cache_dir() / "compiled" / key.hexdigest()[:16]
+
+
+def code_digest(paths: list[Path]) -> str:
+    """A digest of the code of the Python files `paths`, not of their docstrings, comments or layout:
+    an edit of the engine's text alone keeps the compiled graphs."""
+    digest = hashlib.sha256()
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.Pass()]
+        digest.update(ast.dump(tree).encode())
+    return digest.hexdigest()
 
 
 class CompiledDecode:
     """`forward`'s decode step through `StaticDecodeStep`, compiled: one graph per row range,
     compiled ahead of time once per machine (`artifact_dir`) and loaded in a fraction of a second
-    by every later process; inductor's own caches serve the sampler's graph."""
+    by every later process; the sampler's graphs likewise."""
 
     def __init__(self, forward):
         import torch._dynamo
@@ -239,66 +255,74 @@ class CompiledDecode:
         torch.fx.experimental._config.use_duck_shape = False
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache_dir()
         # built at first use: a subclass (Gemma 3) finishes setting up after LlamaForward.__init__ made this
-        self.module = self.graph = self.sampler = None
-        self.steps: dict = {}  # row range (`row_range`) -> its compiled step
-        self.row_ranges: set[str] = set()  # the row ranges run so far (one graph each)
-        self.loaded: set[int] = set()  # ...of which the graph came from an earlier process's artifact
+        self.module = self.sampler = None
+        self.compiled: dict = {}  # graph name (step-<row range>, sample-<row range>) -> its compiled function
+        self.guarded: dict = {}  # module -> its graph compiled in this process, for calls outside the artifacts'
+        self.row_ranges: set[str] = set()  # the row ranges the step ran on so far (one graph each)
+        self.loaded: set[str] = set()  # the graphs that came from an earlier process's artifact
         self.no_window = torch.zeros(len(forward.layers), dtype=torch.long, device=forward.device)
 
     def sample(self, hidden: torch.Tensor, temperature: float, generator: torch.Generator):
         """Plain sampling at `temperature` (> 0) from hidden states [rows, hidden]: (tokens, log-probs),
-        each [rows]. The rows are a dynamic dimension: one graph for every number of rows."""
-        import torch._dynamo
-
+        each [rows]. The rows are a dynamic dimension: one graph per row range, like the step's."""
         if self.sampler is None:
-            self.sampler = torch.compile(StaticSampler(self.forward_pass), fullgraph=True, dynamic=None)
-        u = torch.rand(hidden.shape[0], 1, generator=generator, device=hidden.device)
+            self.sampler = StaticSampler(self.forward_pass)
+        rows = hidden.shape[0]
+        u = torch.rand(rows, 1, generator=generator, device=hidden.device)
         # a rollout's first states are the prompt's, expanded (stride 0, made outside inference
         # mode): a contiguous copy keeps the sampler on one graph
         hidden = hidden if hidden.is_contiguous() else hidden.contiguous()
-        torch._dynamo.mark_dynamic(hidden, 0)
-        torch._dynamo.mark_dynamic(u, 0)
-        return self.sampler(hidden, u, temperature)
+        # data, not a constant of the graph (an artifact keeps only its shape guards)
+        temperature = torch.tensor(float(temperature), device=hidden.device)
+        return self._run(f"sample-{row_range(rows)}", self.sampler, (hidden, u, temperature), dims={0: (hidden, u)})
 
-    def _step(self, rows: str, args: tuple) -> torch.Tensor:
-        """The step for the row range `rows` on `args`: its ahead-of-time graph, loaded or compiled and
-        saved at first use; a call outside the shapes that graph was made for (a one-token prompt,
-        say) goes through a graph compiled in this process (`torch.compile`, guarded)."""
-        if rows not in self.steps:
-            self.steps[rows] = self._load_or_compile(rows, args)
-        step = self.steps[rows]
-        if step is not None and step.guard_check(self.module, *args):
-            return step(self.module, *args)
-        if self.graph is None:
-            self.graph = torch.compile(self.module, fullgraph=True, dynamic=None)
-        return self.graph(*args)
+    def _run(self, name: str, module: torch.nn.Module, args: tuple, dims: dict) -> torch.Tensor:
+        """`module` on `args` through its ahead-of-time graph `name`, loaded or compiled and saved at
+        first use; a call outside the shapes that graph was made for (a one-token prompt, say) goes
+        through a graph compiled in this process (`torch.compile`, guarded). `dims`: {dim: tensors}
+        whose dimension `dim` is dynamic (the rows: marked only where there is more than one, a size
+        torch specialises)."""
+        import torch._dynamo
 
-    def _load_or_compile(self, rows: str, args: tuple):
-        path = artifact_dir(self.forward_pass) / f"step-{rows}.bin"
+        for dim, tensors in dims.items():
+            for tensor in tensors:
+                if tensor.shape[dim] > 1:
+                    torch._dynamo.maybe_mark_dynamic(tensor, dim)
+        if name not in self.compiled:
+            self.compiled[name] = self._load_or_compile(name, module, args)
+        compiled = self.compiled[name]
+        if compiled is not None and compiled.guard_check(module, *args):
+            return compiled(module, *args)
+        if module not in self.guarded:
+            self.guarded[module] = torch.compile(module, fullgraph=True, dynamic=None)
+        return self.guarded[module](*args)
+
+    def _load_or_compile(self, name: str, module: torch.nn.Module, args: tuple):
+        path = artifact_dir(self.forward_pass) / f"{name}.bin"
         if path.is_file():
             try:
                 with open(path, "rb") as file:
-                    step = torch.compiler.load_compiled_function(file)
-                self.loaded.add(rows)
+                    compiled = torch.compiler.load_compiled_function(file)
+                self.loaded.add(name)
             except Exception as error:  # torch's loader: an artifact it cannot read is compiled again
-                warnings.warn(f"--compile on: recompiling the step ({path} could not be loaded: {error})", stacklevel=2)
+                warnings.warn(f"--compile on: recompiling {name} ({path} could not be loaded: {error})", stacklevel=3)
             else:
-                step.disable_guard_check()  # `_step` checks the shape guards itself
-                return step
+                compiled.disable_guard_check()  # `_run` checks the shape guards itself
+                return compiled
         try:
-            step = torch.compile(_call, fullgraph=True, dynamic=None, options={"guard_filter_fn": shape_guards}
-                                 ).aot_compile(((self.module, *args), {}))
+            compiled = torch.compile(_call, fullgraph=True, dynamic=None, options={"guard_filter_fn": shape_guards}
+                                     ).aot_compile(((module, *args), {}))
         except Exception as error:  # ahead-of-time compile is experimental in torch: the guarded graph instead
-            warnings.warn(f"--compile on: compiled in this process only ({type(error).__name__}: {error})",
-                          stacklevel=2)
+            warnings.warn(f"--compile on: {name} compiled in this process only ({type(error).__name__}: {error})",
+                          stacklevel=3)
             return None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            step.save_compiled_function(str(path))  # written atomically: concurrent jobs may race
+            compiled.save_compiled_function(str(path))  # written atomically: concurrent jobs may race
         except OSError as error:
-            warnings.warn(f"--compile on: the compiled step is not kept ({path}: {error.strerror})", stacklevel=2)
-        step.disable_guard_check()
-        return step
+            warnings.warn(f"--compile on: {name} is not kept ({path}: {error.strerror})", stacklevel=3)
+        compiled.disable_guard_check()
+        return compiled
 
     def __call__(self, cache, tokens: torch.Tensor, pos: int, first_row: int) -> torch.Tensor:
         """tokens [rows, 1] of the cache's rows first_row... at generated position `pos` -> their
@@ -322,18 +346,12 @@ class CompiledDecode:
         own_positions = torch.arange(min(cache.max_len, -(-(pos + 1) // SPAN_BLOCK) * SPAN_BLOCK), device=fw.device)
         torch._dynamo.mark_dynamic(own_positions, 0)
         rows = tokens.shape[0]
-        which = row_range(rows)
         chunk = tokens[:, 0].contiguous()  # one stride (a guard) whatever the rollout's width
         ks = [buffer[first_row : first_row + rows] for buffer in cache.k]
         vs = [buffer[first_row : first_row + rows] for buffer in cache.v]
-        for t in ks + vs:
-            torch._dynamo.mark_dynamic(t, 2)
-        if rows > 1:  # torch specialises a size of 1: one row is its own graph
-            for t in [chunk, *ks, *vs]:
-                torch._dynamo.maybe_mark_dynamic(t, 0)
-        self.row_ranges.add(which)
+        self.row_ranges.add(row_range(rows))
         args = (chunk, position, rotary, first_visible, own_positions, cache.prompt_k, cache.prompt_v, ks, vs)
-        hidden = self._step(which, args)
+        hidden = self._run(f"step-{row_range(rows)}", self.module, args, dims={0: [chunk, *ks, *vs], 2: ks + vs})
         cache.length = pos + 1
         return hidden
 
@@ -345,8 +363,9 @@ def resolve_compile(setting: str, fast_path: bool, device: torch.device) -> bool
     """Whether the decode step runs compiled: --compile `setting` for a model on `device`, whose
     forward pass is the engine's own (`fast_path`) or the fallback (never compiled).
 
-    auto: eager on every device. On this project's CPU a study job's decode is too short to pay
-    the compile (docs/results.md, "The decode step as one graph"); on CUDA no measurement backs it
+    auto: eager on every device. On this project's CPU a study job gains 0-13% warm (its GEMMs, which
+    no compile shortens, are half of it), less than a study's first compile costs (docs/results.md,
+    "The decode step as one graph"); on CUDA no measurement backs it
     (`make gpu-check` measures it where a GPU is lent), and auto does not assume what was not measured."""
     from ..errors import SpecrejError, shown
 
