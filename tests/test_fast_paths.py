@@ -364,11 +364,27 @@ def test_a_second_process_takes_the_compiled_graphs_from_the_cache(model_dir, tm
     first, second = runs
     assert first["row_ranges"] == second["row_ranges"] == ["2-64"]  # 4 rows: one graph
     assert first["loaded"] == [] and second["loaded"] == ["sample-2-64", "step-2-64"]
-    assert sorted(p.name for p in (tmp_path / "cache" / "compiled").glob("*/*")) == ["sample-2-64.bin",
+    assert sorted(p.name for p in (tmp_path / "cache" / "compiled").glob("*/*.bin")) == ["sample-2-64.bin",
                                                                                      "step-2-64.bin"]
     assert first["stats"]["unique_graphs"] == 2  # traced: the step and the sampler
     assert any((tmp_path / "cache" / "inductor").iterdir())  # its kernels under $SPECREJ_CACHE, not /tmp
     assert not second["stats"].get("unique_graphs")  # nothing traced
+
+
+def test_two_jobs_starting_together_compile_each_graph_once(model_dir, tmp_path):
+    """Two jobs of a study on an empty cache, started together: for each graph one compiles it and
+    the other waits for it (`<artifact>.lock`) and loads it."""
+    env = {**os.environ, "SPECREJ_CACHE": str(tmp_path / "cache")}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    jobs = [subprocess.Popen([sys.executable, "-c", COMPILED_ROLLOUT, str(model_dir("qwen3"))], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    runs = []
+    for job in jobs:
+        out, err = job.communicate(timeout=600)
+        assert job.returncode == 0, err[-2000:]
+        runs.append(json.loads(out.splitlines()[-1]))
+    assert sum(run["stats"].get("unique_graphs", 0) for run in runs) == 2  # the step and the sampler, once each
+    assert sorted(runs[0]["loaded"] + runs[1]["loaded"]) == ["sample-2-64", "step-2-64"]  # the other job loads
 
 
 def test_a_row_count_takes_the_graph_of_its_range():

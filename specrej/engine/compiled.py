@@ -37,6 +37,7 @@ every op: a different sample of the same distribution (docs/results.md, "The dec
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import os
@@ -298,17 +299,48 @@ class CompiledDecode:
         return self.guarded[module](*args)
 
     def _load_or_compile(self, name: str, module: torch.nn.Module, args: tuple):
+        """`name`'s artifact loaded, else compiled and saved. Concurrent jobs of a study that need
+        the same graph wait for the one compiling it (`<artifact>.lock`) and load what it saved;
+        where the cache cannot hold the lock, each compiles its own."""
+        from ..models.cache import entry_lock
+
         path = artifact_dir(self.forward_pass) / f"{name}.bin"
-        if path.is_file():
+        with contextlib.ExitStack() as held:
             try:
-                with open(path, "rb") as file:
-                    compiled = torch.compiler.load_compiled_function(file)
-                self.loaded.add(name)
-            except Exception as error:  # torch's loader: an artifact it cannot read is compiled again
-                warnings.warn(f"--compile on: recompiling {name} ({path} could not be loaded: {error})", stacklevel=3)
-            else:
-                compiled.disable_guard_check()  # `_run` checks the shape guards itself
-                return compiled
+                path.parent.mkdir(parents=True, exist_ok=True)
+                held.enter_context(entry_lock(path, f"the compiled graph {name}"))
+            except OSError:
+                pass  # a cache it cannot write: this process compiles its own (and says so when saving)
+            loaded = self._load(name, path)
+            return loaded if loaded is not None else self._compile(name, module, args, path)
+
+    def _load(self, name: str, path: Path):
+        if not path.is_file():
+            return None
+        try:
+            with open(path, "rb") as file:
+                compiled = torch.compiler.load_compiled_function(file)
+        except Exception as error:  # torch's loader: an artifact it cannot read is compiled again
+            warnings.warn(f"--compile on: recompiling {name} ({path} could not be loaded: {error})", stacklevel=4)
+            return None
+        self.loaded.add(name)
+        compiled.disable_guard_check()  # `_run` checks the shape guards itself
+        return compiled
+
+    def _compile(self, name: str, module: torch.nn.Module, args: tuple, path: Path):
+        try:
+            compiled = torch.compile(_call, fullgraph=True, dynamic=None, options={"guard_filter_fn": shape_guards}
+                                     ).aot_compile(((module, *args), {}))
+        except Exception as error:  # ahead-of-time compile is experimental in torch: the guarded graph instead
+            warnings.warn(f"--compile on: {name} compiled in this process only ({type(error).__name__}: {error})",
+                          stacklevel=4)
+            return None
+        try:
+            compiled.save_compiled_function(str(path))  # written atomically
+        except OSError as error:
+            warnings.warn(f"--compile on: {name} is not kept ({path}: {error.strerror})", stacklevel=4)
+        compiled.disable_guard_check()
+        return compiled
         try:
             compiled = torch.compile(_call, fullgraph=True, dynamic=None, options={"guard_filter_fn": shape_guards}
                                      ).aot_compile(((module, *args), {}))

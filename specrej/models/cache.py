@@ -44,7 +44,7 @@ def build_once(entry: Path, build: Callable[[Path], None], what: str) -> Path:
         return entry
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        with _entry_lock(entry, what):
+        with entry_lock(entry, what):
             if is_complete(entry):  # built by the process we waited for
                 return entry
             _remove_leftovers(entry)
@@ -81,7 +81,7 @@ def _os_error_message(error: OSError, entry: Path, what: str) -> str:
 
 
 @contextmanager
-def _entry_lock(entry: Path, what: str) -> Iterator[None]:
+def entry_lock(entry: Path, what: str) -> Iterator[None]:
     """Hold `<entry>.lock` exclusively; wait (saying so once) while another process holds it.
 
     The lock file itself stays: removing it while another process waits on it would let a third
