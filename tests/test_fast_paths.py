@@ -395,7 +395,7 @@ def test_a_row_count_takes_the_graph_of_its_range():
 
 
 def test_the_compiled_graphs_are_keyed_on_the_engines_code_not_its_text(tmp_path):
-    from specrej.engine.compiled import code_digest
+    from specrej.engine.graph_cache import code_digest
 
     source = tmp_path / "step.py"
     source.write_text('"""A step."""\n\ndef step(x):\n    """Twice x."""\n    return 2 * x  # doubled\n')

@@ -18,7 +18,7 @@ are static within a phase of a rollout:
   (`KVCache(spare_slots=1)`), so that span is never the whole buffer, whose layout would then be
   a guard of the graph (two graphs per row range).
 Each graph is compiled ahead of time once per machine (`torch.compile(...).aot_compile`, only its
-shape guards kept) and saved under `artifact_dir`; a later process loads it in a fraction of a
+shape guards kept) and saved under `graph_cache.artifact_dir`; a later process loads it in a fraction of a
 second. The weights are the graph's inputs (not constants of a frozen graph, which could not be
 saved): on a CPU in bfloat16 the GEMMs still run on oneDNN's packed weights (`linear.pack`):
 `packed_linear_op` calls them as an opaque op, which is what inductor's freezing would do.
@@ -36,18 +36,15 @@ every op: a different sample of the same distribution (docs/results.md, "The dec
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import hashlib
-import json
 import os
-import platform
 import warnings
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from .graph_cache import artifact_dir, inductor_cache_dir
 from .linear import PACKED_MAX_ROWS, PackedWeight
 
 
@@ -173,21 +170,6 @@ def row_range(rows: int) -> str:
     return "1" if rows == 1 else f"2-{PACKED_MAX_ROWS}" if rows <= PACKED_MAX_ROWS else f"{PACKED_MAX_ROWS + 1}-"
 
 
-def inductor_cache_dir() -> str:
-    """Where inductor keeps its compiled graphs: $TORCHINDUCTOR_CACHE_DIR if the user set it, else
-    $SPECREJ_CACHE/inductor, so a study's jobs share one cache (compiled once per machine). Torch
-    writes its default (a folder in /tmp) into the variable once anything asks for it, so that
-    value counts as unset."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-    from ..models.cache import cache_dir
-
-    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if chosen and os.path.abspath(chosen) != os.path.abspath(default_cache_dir()):
-        return chosen
-    return str(cache_dir() / "inductor")
-
-
 SPAN_BLOCK = 16  # the rows' own KV that a step attends to: the filled slots rounded up to this
 
 
@@ -200,43 +182,6 @@ def shape_guards(entries) -> list[bool]:
     row range (`CompiledDecode` keeps one per range), the weights are the model's own (their
     shapes and dtype are in the artifact's key) and packed weights cannot be serialized."""
     return [entry.guard_type == "SHAPE_ENV" for entry in entries]
-
-
-def artifact_dir(forward) -> Path:
-    """$SPECREJ_CACHE/compiled/<key>: the compiled steps of models with `forward`'s architecture
-    (not its weights, which each call passes), keyed by what the generated code depends on: the
-    model's config, dtype and weight layout, the engine's code (`code_digest`), torch and the machine."""
-    from ..models.cache import cache_dir
-
-    config = {k: v for k, v in forward.config.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
-    device = forward.device
-    machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
-               else f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}")
-    import transformers  # its embedding modules are traced into the step
-
-    key = hashlib.sha256()
-    for part in (torch.__version__, transformers.__version__, machine, str(forward.dtype), type(forward).__name__,
-                 PACKED_MAX_ROWS, json.dumps(config, sort_keys=True, default=str),
-                 [type(w).__name__ for w in forward.eager_run.weights[0]]):
-        key.update(repr(part).encode())
-    key.update(code_digest(sorted(Path(__file__).parent.glob("*.py"))).encode())
-    return cache_dir() / "compiled" / key.hexdigest()[:16]
-
-
-def code_digest(paths: list[Path]) -> str:
-    """A digest of the code of the Python files `paths`, not of their docstrings, comments or layout:
-    an edit of the engine's text alone keeps the compiled graphs."""
-    digest = hashlib.sha256()
-    for path in paths:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            body = getattr(node, "body", None)
-            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                    and isinstance(body[0].value.value, str)):
-                node.body = body[1:] or [ast.Pass()]
-        digest.update(ast.dump(tree).encode())
-    return digest.hexdigest()
 
 
 class CompiledDecode:
