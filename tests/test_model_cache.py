@@ -6,6 +6,7 @@ first run does."""
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import multiprocessing
 import os
@@ -219,7 +220,7 @@ def test_fetch_model_of_an_unknown_hub_id_offline_is_one_line(tmp_path):
 
 def test_a_full_disk_while_writing_records_is_one_line(tmp_path, monkeypatch, capsys):
     """ENOSPC from the record writer (as a full disk raises it): one line, exit 2."""
-    from specrej.cli import main as cli
+    cli = importlib.import_module("specrej.cli.main")  # the module (the package binds `main` to a function too)
     from specrej.records.io import RecordWriter
 
     def full(self, record):
