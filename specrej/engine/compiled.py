@@ -286,20 +286,6 @@ class CompiledDecode:
             warnings.warn(f"--compile on: {name} is not kept ({path}: {error.strerror})", stacklevel=4)
         compiled.disable_guard_check()
         return compiled
-        try:
-            compiled = torch.compile(_call, fullgraph=True, dynamic=None, options={"guard_filter_fn": shape_guards}
-                                     ).aot_compile(((module, *args), {}))
-        except Exception as error:  # ahead-of-time compile is experimental in torch: the guarded graph instead
-            warnings.warn(f"--compile on: {name} compiled in this process only ({type(error).__name__}: {error})",
-                          stacklevel=3)
-            return None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            compiled.save_compiled_function(str(path))  # written atomically: concurrent jobs may race
-        except OSError as error:
-            warnings.warn(f"--compile on: {name} is not kept ({path}: {error.strerror})", stacklevel=3)
-        compiled.disable_guard_check()
-        return compiled
 
     def __call__(self, cache, tokens: torch.Tensor, pos: int, first_row: int) -> torch.Tensor:
         """tokens [rows, 1] of the cache's rows first_row... at generated position `pos` -> their
