@@ -25,28 +25,34 @@ def old_blocks_message(config: dict) -> str | None:
     old = [key for key in ("bon", "sr") if key in config]
     if not old:
         return None
+    from specrej.methods.bon import BEST_OF_N  # the methods the retired blocks ran, named by their declarations
+    from specrej.methods.random_halting import RANDOM_HALTING
+    from specrej.methods.sr import SPECULATIVE_REJECTION
+    from specrej.methods.sr_adaptive import ADAPTIVE
+
     bon, sr = config.get("bon") or {}, config.get("sr") or {}
     entries = []
     if "bon" in config:
         grid = {"n": bon.get("n")} | ({"batch_size": [bon["batch_size"]]} if bon.get("batch_size") else {})
-        entries.append({"name": "bon", "grid": grid, "shard_size": bon.get("shard_size"),
+        entries.append({"name": BEST_OF_N.name, "grid": grid, "shard_size": bon.get("shard_size"),
                         "memory_budget": bon.get("memory_budget")})
     if "sr" in config:
         schedule = {key: [sr[key]] for key in ("batch_size", "min_tokens", "max_init_batch")
                     if sr.get(key) is not None}
         schedule |= {"decision_tokens": [sr["decision_tokens"]]} if sr.get("decision_tokens") else {}
-        entries.append({"name": "sr", "grid": {"alpha": sr.get("alphas")} | schedule,
+        entries.append({"name": SPECULATIVE_REJECTION.name, "grid": {"alpha": sr.get("alphas")} | schedule,
                         "memory_budget": sr.get("memory_budget")})
         adaptive = sr.get("adaptive") or {}
         if adaptive.get("deltas"):
-            entries.append({"name": "sr-adaptive", "grid": {"delta": adaptive["deltas"],
+            entries.append({"name": ADAPTIVE.name, "grid": {"delta": adaptive["deltas"],
                                                             "alpha": [adaptive.get("fallback_alpha", 0.5)]} | schedule,
                             "calibration_prompts": adaptive.get("calibration_prompts"),
                             "memory_budget": sr.get("memory_budget")})
     shown = "; ".join(_flow({k: v for k, v in entry.items() if v is not None}) for entry in entries)
     return (f"invalid config: {' and '.join(k + ':' for k in old)} {'is' if len(old) == 1 else 'are'} no longer "
             f"read: every method is a methods: entry, each with its own settings (config/README.md); these "
-            f"say the same: {shown} (a method that ran SR's schedule, e.g. sr-random, now names it in its own grid)")
+            f"say the same: {shown} (a method that ran SR's schedule, e.g. {RANDOM_HALTING.name}, now names it in its "
+            "own grid)")
 
 
 def _flow(value) -> str:
