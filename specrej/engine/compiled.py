@@ -220,25 +220,21 @@ class CompiledDecode:
         hidden = hidden if hidden.is_contiguous() else hidden.contiguous()
         # data, not a constant of the graph (an artifact keeps only its shape guards)
         temperature = torch.tensor(float(temperature), device=hidden.device)
-        return self._run(f"sample-{row_range(rows)}", self.sampler, (hidden, u, temperature), dims={0: (hidden, u)})
+        return self._run(f"sample-{row_range(rows)}", self.sampler, (hidden, u, temperature),
+                         lambda: _mark_rows(hidden, u))
 
-    def _run(self, name: str, module: torch.nn.Module, args: tuple, dims: dict) -> torch.Tensor:
+    def _run(self, name: str, module: torch.nn.Module, args: tuple, mark_dynamic) -> torch.Tensor:
         """`module` on `args` through its ahead-of-time graph `name`, loaded or compiled and saved at
         first use; a call outside the shapes that graph was made for (a one-token prompt, say) goes
-        through a graph compiled in this process (`torch.compile`, guarded). `dims`: {dim: tensors}
-        whose dimension `dim` is dynamic (the rows: marked only where there is more than one, a size
-        torch specialises)."""
-        import torch._dynamo
-
-        for dim, tensors in dims.items():
-            for tensor in tensors:
-                if tensor.shape[dim] > 1:
-                    torch._dynamo.maybe_mark_dynamic(tensor, dim)
+        through a graph compiled in this process (`torch.compile`, guarded). `mark_dynamic()` marks
+        the args' dynamic dimensions, called only where a graph may be traced (not on every step)."""
         if name not in self.compiled:
+            mark_dynamic()
             self.compiled[name] = self._load_or_compile(name, module, args)
         compiled = self.compiled[name]
         if compiled is not None and compiled.guard_check(module, *args):
             return compiled(module, *args)
+        mark_dynamic()
         if module not in self.guarded:
             self.guarded[module] = torch.compile(module, fullgraph=True, dynamic=None)
         return self.guarded[module](*args)
@@ -303,20 +299,36 @@ class CompiledDecode:
         else:
             first_visible = torch.tensor([fw.first_visible(layer, prompt_len + pos) for layer in range(len(fw.layers))],
                                          device=fw.device)
-        for t in cache.prompt_k + cache.prompt_v:
-            torch._dynamo.mark_dynamic(t, 1)
         # attention reads the filled slots rounded up to a block, not the whole buffer
         own_positions = torch.arange(min(cache.max_len, -(-(pos + 1) // SPAN_BLOCK) * SPAN_BLOCK), device=fw.device)
-        torch._dynamo.mark_dynamic(own_positions, 0)
         rows = tokens.shape[0]
         chunk = tokens[:, 0].contiguous()  # one stride (a guard) whatever the rollout's width
         ks = [buffer[first_row : first_row + rows] for buffer in cache.k]
         vs = [buffer[first_row : first_row + rows] for buffer in cache.v]
-        self.row_ranges.add(row_range(rows))
+
+        def mark_dynamic():  # the prompt's length, the span read, the cache's length and the rows
+            for t in cache.prompt_k + cache.prompt_v:
+                torch._dynamo.mark_dynamic(t, 1)
+            torch._dynamo.mark_dynamic(own_positions, 0)
+            for t in ks + vs:
+                torch._dynamo.mark_dynamic(t, 2)
+            _mark_rows(chunk, *ks, *vs)
+
+        rows_graph = row_range(rows)
+        self.row_ranges.add(rows_graph)
         args = (chunk, position, rotary, first_visible, own_positions, cache.prompt_k, cache.prompt_v, ks, vs)
-        hidden = self._run(f"step-{row_range(rows)}", self.module, args, dims={0: [chunk, *ks, *vs], 2: ks + vs})
+        hidden = self._run(f"step-{rows_graph}", self.module, args, mark_dynamic)
         cache.length = pos + 1
         return hidden
+
+
+def _mark_rows(*tensors: torch.Tensor) -> None:
+    """The rows (dimension 0) of `tensors` dynamic where there is more than one, a size torch specialises."""
+    import torch._dynamo
+
+    for tensor in tensors:
+        if tensor.shape[0] > 1:
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
 
 
 COMPILE_SETTINGS = ("auto", "on", "off")
