@@ -404,3 +404,28 @@ def test_the_compiled_graphs_are_keyed_on_the_engines_code_not_its_text(tmp_path
     assert code_digest([source]) == before  # docstrings, comments and layout
     source.write_text('"""A step."""\n\ndef step(x):\n    """Twice x."""\n    return 3 * x\n')
     assert code_digest([source]) != before
+
+
+def test_the_compiled_samplers_inverse_cdf_finds_the_full_cumsums_index():
+    """`inverse_cdf` (block sums, then one block's cumulative sum) gives the index that searchsorted
+    on the whole cumulative sum gives, in float64 where rounding cannot tell them apart: vocabularies
+    not a multiple of the block, draws at 0, at block boundaries and near 1, zero-weight tokens
+    (never chosen), one positive token at the vocabulary's end."""
+    from specrej.engine.compiled import CDF_BLOCK, inverse_cdf
+
+    generator = torch.Generator().manual_seed(0)
+    for vocab in (7, CDF_BLOCK, 3 * CDF_BLOCK + 5):
+        weights = torch.rand(6, vocab, generator=generator, dtype=torch.float64)
+        weights[1, ::2] = 0  # every other token impossible
+        weights[2, :-1] = 0  # only the last token possible
+        weights[3, : vocab // 2] = 0
+        total = weights.sum(-1, keepdim=True)
+        u = torch.rand(6, 1, generator=generator, dtype=torch.float64)
+        u[0], u[4] = 0.0, 1 - 2**-40
+        u[5] = (weights[5, : min(CDF_BLOCK, vocab - 1)].sum() / total[5]).item()  # exactly a block's end
+        expected = torch.searchsorted(weights.cumsum(-1), u * total, right=True).clamp_max(vocab - 1)
+        chosen = inverse_cdf(weights, u)
+        assert torch.equal(chosen, expected), vocab
+        assert (weights.gather(-1, chosen) > 0).all()
+    # hand-worked: weights 1, 0, 3 (total 4); u = 0.2 -> 0.8 < 1: token 0; u = 0.5 -> 2: token 2
+    assert inverse_cdf(torch.tensor([[1.0, 0.0, 3.0]] * 2), torch.tensor([[0.2], [0.5]])).tolist() == [[0], [2]]
