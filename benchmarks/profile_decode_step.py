@@ -1,7 +1,7 @@
 """Where a decode step's time goes: the engine's CPU time per op class, per step, at given batch sizes.
 
     python benchmarks/profile_decode_step.py [--model default] [--dtype bfloat16] [--batch-sizes 16,64]
-        [--threads 1] [--new-tokens 64] [--compile off]
+        [--threads 1] [--new-tokens 64] [--compile off] [--kernels N]
 
 Each batch size runs prefill + --new-tokens sampled tokens per row (stop tokens disabled, as the
 engine benchmark does) once to warm up, then once under `torch.profiler`. Every op's *self* CPU time
@@ -20,14 +20,25 @@ dispatcher and the profiler's own cost per op (which inflates this row a little:
 is slower than an unprofiled one, printed beside it). The fraction of the decode-shape matmul peak
 that the linear layers alone reach says how far the GEMMs themselves are from the machine's limit.
 It prints what it measured, and the command.
+
+With `--compile on` the compiled graph's own kernels are one opaque call to the profiler; `--kernels
+N` lists the N slowest of them by name (inductor's `cpp.enable_kernel_profile`, which changes the
+generated code: the graphs are compiled afresh in a temporary `$SPECREJ_CACHE`, the model linked
+from the real one, so the user's compiled graphs are neither reused nor replaced).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
+import re
+import shutil
 import sys
+import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 
@@ -83,7 +94,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a study job runs with 1)")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--compile", default="off", choices=["off", "on"], help="the engine's --compile")
+    parser.add_argument("--kernels", type=int, default=0, metavar="N",
+                        help="with --compile on: the N slowest of the graphs' generated kernels (compiled afresh)")
     args = parser.parse_args()
+    if args.kernels and args.compile != "on":
+        parser.error("--kernels lists a compiled graph's kernels: it needs --compile on")
+    if args.kernels:
+        profile_kernels_in_fresh_cache()
     torch.set_num_threads(args.threads)
     engine = load_engine(args.model, dtype=args.dtype, device="cpu", compile=args.compile)
     prompt_ids = engine.encode_prompt(PROMPT)
@@ -118,7 +135,44 @@ def main() -> None:
         top = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:12]
         print("top ops (self CPU ms per step, calls per step): " + ", ".join(
             f"{e.key.removeprefix('aten::')} {e.self_cpu_time_total / 1e3 / steps:.2f} ({e.count / steps:.0f})" for e in top))
+        if args.kernels:
+            print_kernels(prof, steps, args.kernels)
 
+
+def profile_kernels_in_fresh_cache() -> None:
+    """Inductor's kernels record themselves to the profiler; the graphs are compiled into a
+    temporary $SPECREJ_CACHE whose models are links to the real cache's."""
+    import torch._inductor.config
+
+    from specrej.models.cache import cache_dir
+
+    real = cache_dir()
+    fresh = Path(tempfile.mkdtemp(prefix="specrej-kernel-profile-"))
+    for entry in real.iterdir() if real.is_dir() else ():
+        if entry.is_dir() and entry.name not in ("compiled", "inductor"):
+            (fresh / entry.name).symlink_to(entry)
+    atexit.register(shutil.rmtree, fresh, ignore_errors=True)  # the links go, not what they point to
+    os.environ["SPECREJ_CACHE"] = str(fresh)
+    os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    torch._inductor.config.cpp.enable_kernel_profile = True
+    print(f"# --kernels: graphs compiled afresh with kernel profiling in {fresh}")
+
+
+def print_kernels(prof, steps: int, count: int) -> None:
+    """The `count` slowest kinds of generated kernel, ms and calls per step. Inductor names a kernel
+    graph_<graph>_cpp_fused_<its ops>_<index>; the layers' copies of one kernel differ in the index
+    alone (a layer's own code gives each its kernel), so the kernels are summed by name without it."""
+    per_kind = defaultdict(lambda: [0.0, 0])
+    for e in prof.key_averages():
+        if "cpp_fused" in e.key:
+            kind = per_kind[re.sub(r"_\d+$", "", e.key)]
+            kind[0] += e.self_cpu_time_total / 1e3 / steps
+            kind[1] += e.count
+    print(f"| generated kernel (slowest {min(count, len(per_kind))} of {len(per_kind)} kinds) | ms per step | calls per step |")
+    print("|---|---|---|")
+    for name, (ms, calls) in sorted(per_kind.items(), key=lambda item: -item[1][0])[:count]:
+        print(f"| {name[:110]} | {ms:.2f} | {calls / steps:.0f} |")
+    print(f"all generated kernels: {sum(ms for ms, _ in per_kind.values()):.2f} ms per step")
 
 if __name__ == "__main__":
     main()

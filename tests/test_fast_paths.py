@@ -239,10 +239,10 @@ def test_an_encoder_gemma_is_refused(model_dir):
 # ------------------------------------------------------------------------------------------
 
 
-def run_rows(engine, prompt_ids, rows: int, steps: int = 12):
+def run_rows(engine, prompt_ids, rows: int, steps: int = 12, temperature: float = 1.0):
     """`steps` sampled tokens for `rows` rows, a third of them halted after 5: (tokens, log-probs,
     hidden states) after every step, for comparing two forward passes of one model."""
-    params = SamplingParams(max_new_tokens=steps)
+    params = SamplingParams(temperature=temperature, max_new_tokens=steps)
     rollout = engine.rollout(decoding.prefill(engine.forward, prompt_ids), rows, steps, params,
                              torch.Generator().manual_seed(0))
     seen = []
@@ -331,6 +331,23 @@ def test_the_static_step_gives_eager_tokens_across_row_ranges_and_windows(model_
             assert torch.equal(tokens, c_tokens)
             assert torch.allclose(hidden, c_hidden, atol=ATOL)
     assert compiled.forward.compiled_step.row_ranges == {"1", "2-64", "65-"}
+
+
+def test_the_compiled_sampler_at_another_temperature_gives_eager_tokens(model_dir):
+    """Temperature 1 has a sampler graph of its own (one exponential for the draw and the
+    log-probs); any other temperature goes through the tempered graph: tokens and log-probs as
+    eager's in float32."""
+    engine = engine_for(model_dir, "qwen3", "float32")
+    compiled = copy.copy(engine)
+    compiled.forward = type(engine.forward)(engine.model, compile=True)
+    prompt_ids = engine.encode_prompt(PROMPT)
+    for (tokens, logprobs, _), (c_tokens, c_logprobs, _) in zip(
+            run_rows(engine, prompt_ids, 5, temperature=0.7), run_rows(compiled, prompt_ids, 5, temperature=0.7),
+            strict=True):
+        assert torch.equal(tokens, c_tokens)
+        assert torch.allclose(logprobs, c_logprobs, atol=1e-5)
+    assert "sample-tempered-2-64" in compiled.forward.compiled_step.compiled
+    assert "sample-2-64" not in compiled.forward.compiled_step.compiled
 
 
 COMPILED_ROLLOUT = """
