@@ -22,7 +22,8 @@ import itertools
 def old_blocks_message(config: dict) -> str | None:
     """One line for a config with the retired `bon:` / `sr:` blocks, showing the entries that say
     the same (None when it has neither)."""
-    old = [key for key in ("bon", "sr") if key in config]
+    retired = ("bon", "sr")  # the retired syntax's own keys, which stay as they were whatever the methods are named
+    old = [key for key in retired if key in config]
     if not old:
         return None
     from specrej.methods.bon import BEST_OF_N  # the methods the retired blocks ran, named by their declarations
@@ -30,13 +31,13 @@ def old_blocks_message(config: dict) -> str | None:
     from specrej.methods.sr import SPECULATIVE_REJECTION
     from specrej.methods.sr_adaptive import ADAPTIVE
 
-    bon, sr = config.get("bon") or {}, config.get("sr") or {}
+    bon, sr = ((config.get(key) or {}) if key in config else None for key in retired)
     entries = []
-    if "bon" in config:
+    if bon is not None:
         grid = {"n": bon.get("n")} | ({"batch_size": [bon["batch_size"]]} if bon.get("batch_size") else {})
         entries.append({"name": BEST_OF_N.name, "grid": grid, "shard_size": bon.get("shard_size"),
                         "memory_budget": bon.get("memory_budget")})
-    if "sr" in config:
+    if sr is not None:
         schedule = {key: [sr[key]] for key in ("batch_size", "min_tokens", "max_init_batch")
                     if sr.get(key) is not None}
         schedule |= {"decision_tokens": [sr["decision_tokens"]]} if sr.get("decision_tokens") else {}

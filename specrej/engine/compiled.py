@@ -197,7 +197,7 @@ def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     block_cdf = weights.sum(-1).cumsum(-1)
     target = u * block_cdf[:, -1:]
     block = torch.searchsorted(block_cdf, target, right=True).clamp_max(blocks - 1)
-    before = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp_min(0)), 0.0)
+    before = F.pad(block_cdf, (1, 0))[:, :-1].gather(-1, block)  # the blocks' totals before the chosen one
     within = weights.gather(1, block[:, :, None].expand(rows, 1, CDF_BLOCK)).squeeze(1).cumsum(-1)
     # kept below the block's own total, which rounds differently from its sum: the index found is
     # then always one of positive weight, never a zero-weight tail of the block
