@@ -446,3 +446,43 @@ def test_the_compiled_samplers_inverse_cdf_finds_the_full_cumsums_index():
         assert (weights.gather(-1, chosen) > 0).all()
     # hand-worked: weights 1, 0, 3 (total 4); u = 0.2 -> 0.8 < 1: token 0; u = 0.5 -> 2: token 2
     assert inverse_cdf(torch.tensor([[1.0, 0.0, 3.0]] * 2), torch.tensor([[0.2], [0.5]])).tolist() == [[0], [2]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_decode_attention_kernel_matches_softmax_attention_in_float64(dtype):
+    """`attention_kernel.decode_attention` (C++), against attention written out in float64 over the
+    prompt's keys and each row's own keys up to `pos`: no window, a window starting inside the
+    prompt, one starting inside the rows' own keys; groups of 1, 3 and 4 queries per KV head, one
+    row and several; the cache's rows a slice of a larger buffer (its layout in the engine)."""
+    from specrej.engine.attention_kernel import decode_attention
+
+    generator = torch.Generator().manual_seed(0)
+    atol = 1e-5 if dtype == torch.float32 else 0.02  # bf16 inputs and outputs: one ulp of values below 2
+    for rows, kv_heads, group, head_dim, prompt_len, pos, first_visible in (
+            (5, 2, 3, 16, 7, 4, 0), (1, 1, 4, 32, 9, 0, 0), (4, 3, 1, 16, 6, 10, 3), (3, 2, 2, 16, 5, 9, 8)):
+        def draw(*shape):
+            return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+        q, prompt_k, prompt_v = draw(kv_heads, rows * group, head_dim), draw(kv_heads, prompt_len, head_dim), \
+            draw(kv_heads, prompt_len, head_dim)
+        buffer_k, buffer_v = draw(rows + 2, kv_heads, pos + 3, head_dim), draw(rows + 2, kv_heads, pos + 3, head_dim)
+        q, prompt_k, prompt_v, buffer_k, buffer_v = (t.to(dtype).double() for t in (q, prompt_k, prompt_v, buffer_k,
+                                                                                     buffer_v))
+        k, v = buffer_k[1 : rows + 1].to(dtype), buffer_v[1 : rows + 1].to(dtype)
+        scale = head_dim**-0.5
+        prompt_scores = (q @ prompt_k.transpose(1, 2)).to(dtype)
+        probs, own_out = decode_attention(q.to(dtype), prompt_scores, k, v, torch.tensor(pos),
+                                          torch.tensor(first_visible), scale)
+        # float64 reference: per row and query, softmax over the visible prompt and own positions
+        by_row = q.view(kv_heads, rows, group, head_dim).transpose(0, 1)  # [rows, kv_heads, group, d]
+        values = torch.cat([prompt_v.expand(rows, -1, -1, -1), v.double()[:, :, : pos + 1]], 2)
+        scores = torch.cat([prompt_scores.double().view(kv_heads, rows, group, prompt_len).transpose(0, 1),
+                            by_row @ k.double()[:, :, : pos + 1].transpose(-1, -2)], -1) * scale
+        visible = torch.arange(prompt_len + pos + 1) >= first_visible
+        expected = scores.masked_fill(~visible, float("-inf")).softmax(-1)
+        expected_prompt = expected[..., :prompt_len].transpose(0, 1).reshape(kv_heads, rows * group, prompt_len)
+        assert torch.allclose(probs.double(), expected_prompt, atol=atol)
+        assert (probs[..., : min(first_visible, prompt_len)] == 0).all()
+        assert torch.allclose(own_out.double(), expected[..., prompt_len:] @ values[:, :, prompt_len:], atol=atol)
+        total = expected_prompt.view(kv_heads, rows, group, prompt_len).transpose(0, 1) @ prompt_v + own_out.double()
+        assert torch.allclose(total, expected @ values, atol=2 * atol)

@@ -11,7 +11,7 @@ are static within a phase of a rollout:
   row (a size torch specialises), 2 to PACKED_MAX_ROWS rows (the packed GEMMs) and more. SR's
   halving batch, a Best-of-N batch shrinking as its rows finish and a batch whose size the memory
   budget chose all run on the graph of their range, each step in one call;
-- the prompt's length, the cache's length and the span of the rows' own KV that attention reads
+- the prompt's length, the cache's length and the span of the rows' own KV that `attend_static` reads
   (the filled slots rounded up to SPAN_BLOCK) are dynamic dimensions (`torch._dynamo.mark_dynamic`):
   one graph serves every prompt, every re-layout of the cache and every step; an early step does
   not read the unfilled tail of a long cache. The cache keeps a spare slot per row
@@ -22,6 +22,10 @@ shape guards kept) and saved under `graph_cache.artifact_dir`; a later process l
 second. The weights are the graph's inputs (not constants of a frozen graph, which could not be
 saved): on a CPU in bfloat16 the GEMMs still run on oneDNN's packed weights (`linear.pack`):
 `packed_linear_op` calls them as an opaque op, which is what inductor's freezing would do.
+
+Attention on a CPU (bfloat16 or float32, heads a whole number of 16-float vectors) is a C++ kernel
+(`attention_kernel.decode_attention`, through `attend_kernel`), which reads each row's own cache
+up to `pos` itself; elsewhere it is `attend_static`, inductor's code over the span.
 
 Plain sampling with the lm_head is a graph of its own (`StaticSampler`, the forward pass's
 `sample_plain`; one for temperature 1, one for any other), on the same row ranges; prefill (one
@@ -45,6 +49,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from . import attention_kernel
+from .attention_kernel import decode_attention
 from .graph_cache import artifact_dir, inductor_cache_dir
 from .linear import PACKED_MAX_ROWS, PackedWeight
 
@@ -97,6 +103,22 @@ def attend_static(q, prompt_k, prompt_v, k, v, prompt_visible, own_visible, scal
     return out.reshape(rows, heads, 1, d)
 
 
+def attend_kernel(q, prompt_k, prompt_v, k, v, pos, first_visible, scale: float) -> torch.Tensor:
+    """`attend_static` through the C++ kernel (`attention_kernel.decode_attention`): the prompt's scores
+    and weighted sum stay GEMMs over every row; the softmax and the rows' own keys are the kernel's.
+
+    k/v [rows, kv_heads, L, d]: each row's whole cache, the step's key and value already written at `pos`;
+    first_visible: 0-d, the oldest position this layer sees."""
+    rows, heads, _, d = q.shape
+    kv_heads = prompt_k.shape[0]
+    group = heads // kv_heads
+    q_by_head = q.reshape(rows, kv_heads, group, d).transpose(0, 1).reshape(kv_heads, rows * group, d)
+    prompt_probs, own_out = decode_attention(q_by_head, q_by_head @ prompt_k.transpose(1, 2), k, v, pos,
+                                             first_visible, scale)
+    out = (prompt_probs @ prompt_v).view(kv_heads, rows, group, d).transpose(0, 1) + own_out
+    return out.to(q.dtype).reshape(rows, heads, 1, d)
+
+
 def as_parameters(module: torch.nn.Module, value):
     """`value` (a layer's weights: tensors, `PackedWeight`s, None, floats) with every tensor
     registered as a parameter of `module` (in `module.params`), so that its graph takes it as an input."""
@@ -120,28 +142,35 @@ class StaticDecodeStep(torch.nn.Module):
         self.params = torch.nn.ParameterList()
         self.layer_weights = [as_parameters(self, w) for w in forward.eager_run.weights]
         self.inputs, self.output = forward.layer_steps
+        self.kernel = attention_kernel.supported(forward.device, forward.dtype, forward.head_dim)
 
     def forward(self, tokens, pos, rotary, first_visible, own_positions, prompt_k, prompt_v, k, v) -> torch.Tensor:
         """tokens [rows] at generated position `pos` (0-d); rotary: per layer (cos, sin) at that
         position; first_visible [layers]: each layer's oldest visible position; own_positions
         [span]: 0..span-1, the slots of the rows' own KV that attention reads (the filled ones and a
-        few more: `span` is a dynamic dimension, so the unfilled tail of a long cache costs nothing).
+        few more: `span` is a dynamic dimension, so the unfilled tail of a long cache costs nothing),
+        or None with the attention kernel, which reads the slots up to `pos` itself.
         Writes each layer's new k/v into k/v [rows, kv_heads, L, d] at `pos`; returns the final
         hidden states [rows, hidden]."""
         fw = self.forward_pass
         x = self.embed(tokens[:, None])
-        prompt_len, span = prompt_k[0].shape[1], own_positions.shape[0]
-        prompt_positions = torch.arange(prompt_len, device=x.device)
-        filled = own_positions <= pos
+        prompt_len = prompt_k[0].shape[1]
+        if not self.kernel:
+            span = own_positions.shape[0]
+            prompt_positions = torch.arange(prompt_len, device=x.device)
+            filled = own_positions <= pos
         for i, weights in enumerate(self.layer_weights):
             cos, sin = rotary[i]
             q, new_k, new_v = self.inputs(x, weights, cos, sin, fw.num_heads, fw.num_kv_heads, fw.head_dim,
                                           graph_linear)
             k[i].index_copy_(2, pos.view(1), new_k)
             v[i].index_copy_(2, pos.view(1), new_v)
-            out = attend_static(q, prompt_k[i], prompt_v[i], k[i][:, :, :span], v[i][:, :, :span],
-                                prompt_positions >= first_visible[i],
-                                filled & (own_positions + prompt_len >= first_visible[i]), fw.scale)
+            if self.kernel:
+                out = attend_kernel(q, prompt_k[i], prompt_v[i], k[i], v[i], pos, first_visible[i], fw.scale)
+            else:
+                out = attend_static(q, prompt_k[i], prompt_v[i], k[i][:, :, :span], v[i][:, :, :span],
+                                    prompt_positions >= first_visible[i],
+                                    filled & (own_positions + prompt_len >= first_visible[i]), fw.scale)
             x = self.output(x, out, weights, self.act, graph_linear)
         return fw.final_norm(x[:, -1])
 
@@ -345,8 +374,9 @@ class CompiledDecode:
         else:
             first_visible = torch.tensor([fw.first_visible(layer, prompt_len + pos) for layer in range(len(fw.layers))],
                                          device=fw.device)
-        # attention reads the filled slots rounded up to a block, not the whole buffer
-        own_positions = torch.arange(min(cache.max_len, -(-(pos + 1) // SPAN_BLOCK) * SPAN_BLOCK), device=fw.device)
+        own_positions = None
+        if not self.module.kernel:  # attention reads the filled slots rounded up to a block, not the whole buffer
+            own_positions = torch.arange(min(cache.max_len, -(-(pos + 1) // SPAN_BLOCK) * SPAN_BLOCK), device=fw.device)
         rows = tokens.shape[0]
         chunk = tokens[:, 0].contiguous()  # one stride (a guard) whatever the rollout's width
         ks = [buffer[first_row : first_row + rows] for buffer in cache.k]
@@ -355,7 +385,8 @@ class CompiledDecode:
         def mark_dynamic():  # the prompt's length, the span read, the cache's length and the rows
             for t in cache.prompt_k + cache.prompt_v:
                 torch._dynamo.mark_dynamic(t, 1)
-            torch._dynamo.mark_dynamic(own_positions, 0)
+            if own_positions is not None:
+                torch._dynamo.mark_dynamic(own_positions, 0)
             for t in ks + vs:
                 torch._dynamo.mark_dynamic(t, 2)
             _mark_rows(chunk, *ks, *vs)

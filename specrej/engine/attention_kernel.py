@@ -1,0 +1,177 @@
+"""Decode attention on a CPU as one C++ kernel (`decode_attention`), for the compiled step (`compiled.py`).
+
+Per row and KV head, in one pass: the group's queries scored against the row's own keys up to
+`pos` (the step's key already written there), one softmax over those scores and the prompt's (given:
+one GEMM over every row, since the prompt's KV is shared), the prompt's probabilities written out
+(for the GEMM with its values), and the weighted sum of the row's own values. Each key is read once
+for the whole group, and the next row's keys and values are prefetched while this row computes: at
+decode shapes attention is bound by reading the rows' own cache from memory. Inductor's code for the
+same thing (`compiled.attend_static`) makes several passes over the scores, with a horizontal sum per
+query and key. Over 30 layers' caches at 64 rows and position 32, inductor's attention took 514-529 µs
+a layer and this kernel 121-123 (374 with the prompt's GEMMs and the graph's call). In the whole step
+it gave 4-7% more tokens/s at 64 and 128 rows and was level at 1 and 16; the step's first compile took
+half as long (docs/results.md, "The decode step as one graph").
+
+The kernel is C++ on `at::vec` (the vector types of inductor's own kernels), built by inductor's code
+cache with its flags and OpenMP, once per machine: inductor's cache keeps it by its source. It is a
+custom op (`specrej::decode_attention`), opaque to the graph.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+# {scalar}: at::BFloat16 or float; {kv_heads}, {group}, {head_dim}: the model's, so the loops over
+# the group and the head's vector chunks have constant bounds
+SOURCE = r"""
+#include <torch/csrc/inductor/cpp_prefix.h>
+#include <vector>
+
+using Vec = at::vec::Vectorized<float>;
+constexpr int64_t KV_HEADS = {kv_heads}, GROUP = {group}, HEAD_DIM = {head_dim};
+constexpr int64_t VL = Vec::size(), CHUNKS = HEAD_DIM / VL;
+static_assert(HEAD_DIM % VL == 0, "head_dim must be a multiple of the vector width");
+using scalar_t = {scalar};
+
+static inline Vec load_float(const float* p) {{ return Vec::loadu(p); }}
+static inline Vec load_float(const at::BFloat16* p) {{
+    return at::vec::convert<float>(at::vec::Vectorized<at::BFloat16>::loadu(p, Vec::size()));
+}}
+
+extern "C" void kernel(const scalar_t* q, const scalar_t* prompt_scores, const scalar_t* k, const scalar_t* v,
+                       const int64_t* pos_ptr,
+                       const int64_t* first_visible_ptr, scalar_t* prompt_probs, float* own_out,
+                       const int64_t rows, const int64_t prompt_len, const int64_t row_stride,
+                       const int64_t head_stride, const float scale)
+{{
+    const int64_t pos = *pos_ptr;
+    // the oldest visible position (a sliding window's start; 0 without one), in the prompt and in the row's own
+    const int64_t prompt_first = std::min(std::max(*first_visible_ptr, int64_t(0)), prompt_len);
+    const int64_t own_first = std::max(*first_visible_ptr - prompt_len, int64_t(0));
+    const int64_t own_count = pos + 1 - own_first;
+    const int64_t width = prompt_len + own_count;
+    #pragma omp parallel
+    {{
+        std::vector<float> scores(GROUP * width);
+        #pragma omp for
+        for (int64_t job = 0; job < KV_HEADS * rows; ++job) {{
+            const int64_t head = job / rows, row = job % rows;
+            const scalar_t* keys = k + row * row_stride + head * head_stride;
+            const scalar_t* values = v + row * row_stride + head * head_stride;
+            if (job + 1 < KV_HEADS * rows) {{  // the next job's keys and values, fetched while this one computes
+                const int64_t next = ((job + 1) % rows) * row_stride + ((job + 1) / rows) * head_stride
+                                     + own_first * HEAD_DIM;
+                const char* next_keys = reinterpret_cast<const char*>(k + next);
+                const char* next_values = reinterpret_cast<const char*>(v + next);
+                for (int64_t b = 0; b < own_count * HEAD_DIM * int64_t(sizeof(scalar_t)); b += 64) {{
+                    __builtin_prefetch(next_keys + b, 0, 3);
+                    __builtin_prefetch(next_values + b, 0, 3);
+                }}
+            }}
+            // q and the prompt's scores are [kv_heads, rows * group, ...]
+            const int64_t query_row = (head * rows + row) * GROUP;
+            Vec query[GROUP][CHUNKS];
+            for (int64_t g = 0; g < GROUP; ++g)
+                for (int64_t c = 0; c < CHUNKS; ++c)
+                    query[g][c] = load_float(q + (query_row + g) * HEAD_DIM + c * VL);
+            for (int64_t g = 0; g < GROUP; ++g) {{
+                const scalar_t* given = prompt_scores + (query_row + g) * prompt_len;
+                float* s = scores.data() + g * width;
+                for (int64_t j = 0; j < prompt_first; ++j) s[j] = -std::numeric_limits<float>::infinity();
+                for (int64_t j = prompt_first; j < prompt_len; ++j) s[j] = static_cast<float>(given[j]) * scale;
+            }}
+            for (int64_t t = 0; t < own_count; ++t) {{
+                const scalar_t* key = keys + (own_first + t) * HEAD_DIM;
+                Vec acc[GROUP];
+                for (int64_t g = 0; g < GROUP; ++g) acc[g] = Vec(0.f);
+                for (int64_t c = 0; c < CHUNKS; ++c) {{
+                    const Vec kc = load_float(key + c * VL);
+                    for (int64_t g = 0; g < GROUP; ++g) acc[g] = at::vec::fmadd(query[g][c], kc, acc[g]);
+                }}
+                for (int64_t g = 0; g < GROUP; ++g)
+                    scores[g * width + prompt_len + t] = acc[g].reduce_add() * scale;
+            }}
+            for (int64_t g = 0; g < GROUP; ++g) {{
+                float* s = scores.data() + g * width;
+                // the largest score: whole vectors, then the tail one by one
+                Vec top_vec(-std::numeric_limits<float>::infinity());
+                const int64_t whole = width / VL * VL;
+                for (int64_t j = 0; j < whole; j += VL) top_vec = at::vec::maximum(top_vec, Vec::loadu(s + j));
+                float top = top_vec.reduce_max();
+                for (int64_t j = whole; j < width; ++j) top = std::max(top, s[j]);
+                Vec total_vec(0.f);
+                for (int64_t j = 0; j < width; j += VL) {{
+                    const int64_t n = std::min(width - j, VL);
+                    const Vec e = (Vec::loadu(s + j, n) - Vec(top)).exp_u20();
+                    e.store(s + j, n);
+                    total_vec = total_vec + Vec::set(Vec(0.f), e, n);
+                }}
+                const float inverse = 1.f / total_vec.reduce_add();
+                scalar_t* probs = prompt_probs + (query_row + g) * prompt_len;
+                for (int64_t j = 0; j < prompt_len; ++j) probs[j] = static_cast<scalar_t>(s[j] * inverse);
+                Vec out[CHUNKS];
+                for (int64_t c = 0; c < CHUNKS; ++c) out[c] = Vec(0.f);
+                for (int64_t t = 0; t < own_count; ++t) {{
+                    const Vec p(s[prompt_len + t] * inverse);
+                    const scalar_t* value = values + (own_first + t) * HEAD_DIM;
+                    for (int64_t c = 0; c < CHUNKS; ++c) out[c] = at::vec::fmadd(p, load_float(value + c * VL), out[c]);
+                }}
+                float* dest = own_out + ((row * KV_HEADS + head) * GROUP + g) * HEAD_DIM;
+                for (int64_t c = 0; c < CHUNKS; ++c) out[c].store(dest + c * VL);
+            }}
+        }}
+    }}
+}}
+"""
+
+SCALARS = {torch.bfloat16: "at::BFloat16", torch.float32: "float"}
+ARGTYPES = ["const {s}*", "const {s}*", "const {s}*", "const {s}*", "const int64_t*", "const int64_t*",
+            "{s}*", "float*", "const int64_t", "const int64_t", "const int64_t", "const int64_t", "const float"]
+
+
+def supported(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
+    """Whether `decode_attention` runs for a model on `device` in `dtype` with heads of `head_dim`: a
+    CPU, bfloat16 or float32, a head a whole number of 16-float vectors."""
+    return device.type == "cpu" and dtype in SCALARS and head_dim % 16 == 0
+
+
+@functools.cache
+def compiled_kernel(scalar: str, kv_heads: int, group: int, head_dim: int):
+    """The kernel for these constants, compiled at first use (inductor's code cache keeps it on disk)."""
+    from torch._inductor.codecache import CppPythonBindingsCodeCache
+
+    source = SOURCE.format(scalar=scalar, kv_heads=kv_heads, group=group, head_dim=head_dim)
+    return CppPythonBindingsCodeCache.load_pybinding([a.format(s=scalar) for a in ARGTYPES], source, needs_vec_isa=True)
+
+
+@torch.library.custom_op("specrej::decode_attention", mutates_args=())
+def decode_attention(q_by_head: torch.Tensor, prompt_scores: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     pos: torch.Tensor, first_visible: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One query per row and head against the shared prompt's keys and the row's own keys up to `pos`.
+
+    q_by_head [kv_heads, rows * group, d]; prompt_scores [kv_heads, rows * group, P] (the queries
+    against the prompt's keys, unscaled); k, v [rows, kv_heads, L, d] (each row's own cache, the last
+    two dimensions contiguous, the step's key and value already at `pos`); pos, first_visible: 0-d
+    int64 (the generated position; the oldest position visible, counted from the prompt's start).
+    Returns the prompt's probabilities [kv_heads, rows * group, P] (in q's dtype) and the weighted sum
+    of the row's own values [rows, kv_heads, group, d] (float32)."""
+    rows, kv_heads, _, head_dim = k.shape
+    group = q_by_head.shape[1] // rows
+    prompt_len = prompt_scores.shape[-1]
+    if k.stride()[2:] != (head_dim, 1) or v.stride() != k.stride():
+        raise ValueError(f"decode_attention: the cache's last two dimensions must be contiguous, not {k.stride()}")
+    prompt_probs = q_by_head.new_empty(kv_heads, rows * group, prompt_len)
+    own_out = q_by_head.new_empty(rows, kv_heads, group, head_dim, dtype=torch.float32)
+    kernel = compiled_kernel(SCALARS[k.dtype], kv_heads, group, head_dim)
+    kernel(q_by_head.contiguous(), prompt_scores.contiguous(), k, v, pos.to(torch.int64), first_visible.to(torch.int64),
+           prompt_probs, own_out, rows, prompt_len, k.stride(0), k.stride(1), scale)
+    return prompt_probs, own_out
+
+
+@decode_attention.register_fake
+def _decode_attention_shape(q_by_head, prompt_scores, k, v, pos, first_visible, scale):
+    rows, kv_heads, _, head_dim = k.shape
+    return (q_by_head.new_empty(prompt_scores.shape),
+            q_by_head.new_empty(rows, kv_heads, q_by_head.shape[1] // rows, head_dim, dtype=torch.float32))
