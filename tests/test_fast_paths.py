@@ -450,11 +450,11 @@ def test_the_compiled_samplers_inverse_cdf_finds_the_full_cumsums_index():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_decode_attention_kernel_matches_softmax_attention_in_float64(dtype):
-    """`attention_kernel.decode_attention` (C++), against attention written out in float64 over the
+    """`static_attention.decode_attention` (C++), against attention written out in float64 over the
     prompt's keys and each row's own keys up to `pos`: no window, a window starting inside the
     prompt, one starting inside the rows' own keys; groups of 1, 3 and 4 queries per KV head, one
     row and several; the cache's rows a slice of a larger buffer (its layout in the engine)."""
-    from specrej.engine.attention_kernel import decode_attention
+    from specrej.engine.static_attention import decode_attention
 
     generator = torch.Generator().manual_seed(0)
     atol = 1e-5 if dtype == torch.float32 else 0.02  # bf16 inputs and outputs: one ulp of values below 2

@@ -11,7 +11,7 @@ are static within a phase of a rollout:
   row (a size torch specialises), 2 to PACKED_MAX_ROWS rows (the packed GEMMs) and more. SR's
   halving batch, a Best-of-N batch shrinking as its rows finish and a batch whose size the memory
   budget chose all run on the graph of their range, each step in one call;
-- the prompt's length, the cache's length and the span of the rows' own KV that `attend_static` reads
+- the prompt's length, the cache's length and the span of the rows' own KV that `static_attention.attend_static` reads
   (the filled slots rounded up to SPAN_BLOCK) are dynamic dimensions (`torch._dynamo.mark_dynamic`):
   one graph serves every prompt, every re-layout of the cache and every step; an early step does
   not read the unfilled tail of a long cache. The cache keeps a spare slot per row
@@ -24,8 +24,8 @@ saved): on a CPU in bfloat16 the GEMMs still run on oneDNN's packed weights (`li
 `packed_linear_op` calls them as an opaque op, which is what inductor's freezing would do.
 
 Attention on a CPU (bfloat16 or float32, heads a whole number of 16-float vectors) is a C++ kernel
-(`attention_kernel.decode_attention`, through `attend_kernel`), which reads each row's own cache
-up to `pos` itself; elsewhere it is `attend_static`, inductor's code over the span.
+(`static_attention.attend_kernel`), which reads each row's own cache
+up to `pos` itself; elsewhere it is `static_attention.attend_static`, inductor's code over the span.
 
 Plain sampling with the lm_head is a graph of its own (`StaticSampler`, the forward pass's
 `sample_plain`; one for temperature 1, one for any other), on the same row ranges; prefill (one
@@ -49,10 +49,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import attention_kernel
-from .attention_kernel import decode_attention
+from . import static_attention
 from .graph_cache import artifact_dir, inductor_cache_dir
 from .linear import PACKED_MAX_ROWS, PackedWeight
+from .static_attention import attend_kernel, attend_static
 
 
 @torch.library.custom_op("specrej::packed_linear", mutates_args=())
@@ -75,48 +75,6 @@ def graph_linear(x: torch.Tensor, weight, bias: torch.Tensor | None) -> torch.Te
             return packed_linear_op(x, weight.packed, bias)
         weight = weight.weight
     return F.linear(x, weight, bias)
-
-
-def attend_static(q, prompt_k, prompt_v, k, v, prompt_visible, own_visible, scale: float) -> torch.Tensor:
-    """One query per row against the shared prompt KV and the rows' whole preallocated KV, masked.
-
-    q [rows, heads, 1, d]; prompt_k/v [kv_heads, P, d]; k/v [rows, kv_heads, L, d];
-    prompt_visible [P] and own_visible [L] (bool): the keys this query sees."""
-    rows, heads, _, d = q.shape
-    kv_heads, prompt_len = prompt_k.shape[0], prompt_k.shape[1]
-    group = heads // kv_heads
-    # the queries by KV head, a buffer the prompt's GEMM needs anyway; the rows' own scores read
-    # it too, so that the graph does not recompute the queries' rotation for every key
-    q_by_head = q.reshape(rows, kv_heads, group, d).transpose(0, 1).reshape(kv_heads, rows * group, d)
-    prompt_scores = (q_by_head @ prompt_k.transpose(1, 2)).view(kv_heads, rows, group, prompt_len).transpose(0, 1)
-    q = q_by_head.view(kv_heads, rows, group, d).transpose(0, 1)
-    # products summed, not a batched GEMM: `k` is a slice of the buffer whose layout (contiguous
-    # or not) would be a guard of the graph; a reduction reads any layout
-    own_scores = (q[:, :, :, None] * k[:, :, None]).sum(-1)
-    scores = torch.cat([prompt_scores.masked_fill(~prompt_visible, float("-inf")),
-                        own_scores.masked_fill(~own_visible, float("-inf"))], dim=-1)
-    probs = (scores.float() * scale).softmax(-1).to(q.dtype)
-    prompt_probs, own_probs = probs.split([prompt_len, k.shape[2]], dim=-1)
-    prompt_probs = prompt_probs.transpose(0, 1).reshape(kv_heads, rows * group, prompt_len)
-    out = (prompt_probs @ prompt_v).view(kv_heads, rows, group, d).transpose(0, 1)
-    out = out + (own_probs[..., None] * v[:, :, None]).sum(-2)
-    return out.reshape(rows, heads, 1, d)
-
-
-def attend_kernel(q, prompt_k, prompt_v, k, v, pos, first_visible, scale: float) -> torch.Tensor:
-    """`attend_static` through the C++ kernel (`attention_kernel.decode_attention`): the prompt's scores
-    and weighted sum stay GEMMs over every row; the softmax and the rows' own keys are the kernel's.
-
-    k/v [rows, kv_heads, L, d]: each row's whole cache, the step's key and value already written at `pos`;
-    first_visible: 0-d, the oldest position this layer sees."""
-    rows, heads, _, d = q.shape
-    kv_heads = prompt_k.shape[0]
-    group = heads // kv_heads
-    q_by_head = q.reshape(rows, kv_heads, group, d).transpose(0, 1).reshape(kv_heads, rows * group, d)
-    prompt_probs, own_out = decode_attention(q_by_head, q_by_head @ prompt_k.transpose(1, 2), k, v, pos,
-                                             first_visible, scale)
-    out = (prompt_probs @ prompt_v).view(kv_heads, rows, group, d).transpose(0, 1) + own_out
-    return out.to(q.dtype).reshape(rows, heads, 1, d)
 
 
 def as_parameters(module: torch.nn.Module, value):
@@ -142,7 +100,7 @@ class StaticDecodeStep(torch.nn.Module):
         self.params = torch.nn.ParameterList()
         self.layer_weights = [as_parameters(self, w) for w in forward.eager_run.weights]
         self.inputs, self.output = forward.layer_steps
-        self.kernel = attention_kernel.supported(forward.device, forward.dtype, forward.head_dim)
+        self.kernel = static_attention.supported(forward.device, forward.dtype, forward.head_dim)
 
     def forward(self, tokens, pos, rotary, first_visible, own_positions, prompt_k, prompt_v, k, v) -> torch.Tensor:
         """tokens [rows] at generated position `pos` (0-d); rotary: per layer (cos, sin) at that

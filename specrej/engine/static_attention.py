@@ -1,4 +1,5 @@
-"""Decode attention on a CPU as one C++ kernel (`decode_attention`), for the compiled step (`compiled.py`).
+"""The compiled step's attention (`compiled.py`): `attend_static`, inductor's code over the rows' own
+KV span, and, on a CPU, `attend_kernel`, one C++ kernel (`decode_attention`) per layer.
 
 Per row and KV head, in one pass: the group's queries scored against the row's own keys up to
 `pos` (the step's key already written there), one softmax over those scores and the prompt's (given:
@@ -6,7 +7,7 @@ one GEMM over every row, since the prompt's KV is shared), the prompt's probabil
 (for the GEMM with its values), and the weighted sum of the row's own values. Each key is read once
 for the whole group, and the next row's keys and values are prefetched while this row computes: at
 decode shapes attention is bound by reading the rows' own cache from memory. Inductor's code for the
-same thing (`compiled.attend_static`) makes several passes over the scores, with a horizontal sum per
+same thing (`attend_static`) makes several passes over the scores, with a horizontal sum per
 query and key. Over 30 layers' caches at 64 rows and position 32, inductor's attention took 514-529 µs
 a layer and this kernel 121-123 (374 with the prompt's GEMMs and the graph's call). In the whole step
 it gave 4-7% more tokens/s at 64 and 128 rows and was level at 1 and 16; the step's first compile took
@@ -175,3 +176,45 @@ def _decode_attention_shape(q_by_head, prompt_scores, k, v, pos, first_visible, 
     rows, kv_heads, _, head_dim = k.shape
     return (q_by_head.new_empty(prompt_scores.shape),
             q_by_head.new_empty(rows, kv_heads, q_by_head.shape[1] // rows, head_dim, dtype=torch.float32))
+
+
+def attend_static(q, prompt_k, prompt_v, k, v, prompt_visible, own_visible, scale: float) -> torch.Tensor:
+    """One query per row against the shared prompt KV and the rows' whole preallocated KV, masked.
+
+    q [rows, heads, 1, d]; prompt_k/v [kv_heads, P, d]; k/v [rows, kv_heads, L, d];
+    prompt_visible [P] and own_visible [L] (bool): the keys this query sees."""
+    rows, heads, _, d = q.shape
+    kv_heads, prompt_len = prompt_k.shape[0], prompt_k.shape[1]
+    group = heads // kv_heads
+    # the queries by KV head, a buffer the prompt's GEMM needs anyway; the rows' own scores read
+    # it too, so that the graph does not recompute the queries' rotation for every key
+    q_by_head = q.reshape(rows, kv_heads, group, d).transpose(0, 1).reshape(kv_heads, rows * group, d)
+    prompt_scores = (q_by_head @ prompt_k.transpose(1, 2)).view(kv_heads, rows, group, prompt_len).transpose(0, 1)
+    q = q_by_head.view(kv_heads, rows, group, d).transpose(0, 1)
+    # products summed, not a batched GEMM: `k` is a slice of the buffer whose layout (contiguous
+    # or not) would be a guard of the graph; a reduction reads any layout
+    own_scores = (q[:, :, :, None] * k[:, :, None]).sum(-1)
+    scores = torch.cat([prompt_scores.masked_fill(~prompt_visible, float("-inf")),
+                        own_scores.masked_fill(~own_visible, float("-inf"))], dim=-1)
+    probs = (scores.float() * scale).softmax(-1).to(q.dtype)
+    prompt_probs, own_probs = probs.split([prompt_len, k.shape[2]], dim=-1)
+    prompt_probs = prompt_probs.transpose(0, 1).reshape(kv_heads, rows * group, prompt_len)
+    out = (prompt_probs @ prompt_v).view(kv_heads, rows, group, d).transpose(0, 1)
+    out = out + (own_probs[..., None] * v[:, :, None]).sum(-2)
+    return out.reshape(rows, heads, 1, d)
+
+
+def attend_kernel(q, prompt_k, prompt_v, k, v, pos, first_visible, scale: float) -> torch.Tensor:
+    """`attend_static` through the C++ kernel (`decode_attention`): the prompt's scores
+    and weighted sum stay GEMMs over every row; the softmax and the rows' own keys are the kernel's.
+
+    k/v [rows, kv_heads, L, d]: each row's whole cache, the step's key and value already written at `pos`;
+    first_visible: 0-d, the oldest position this layer sees."""
+    rows, heads, _, d = q.shape
+    kv_heads = prompt_k.shape[0]
+    group = heads // kv_heads
+    q_by_head = q.reshape(rows, kv_heads, group, d).transpose(0, 1).reshape(kv_heads, rows * group, d)
+    prompt_probs, own_out = decode_attention(q_by_head, q_by_head @ prompt_k.transpose(1, 2), k, v, pos,
+                                             first_visible, scale)
+    out = (prompt_probs @ prompt_v).view(kv_heads, rows, group, d).transpose(0, 1) + own_out
+    return out.to(q.dtype).reshape(rows, heads, 1, d)
