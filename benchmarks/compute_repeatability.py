@@ -27,10 +27,14 @@ import subprocess
 import sys
 import time
 
+from specrej.methods.bon import BEST_OF_N
+from specrej.methods.random_halting import RANDOM_HALTING
+from specrej.methods.sr import SPECULATIVE_REJECTION
+
 CLOCKS = ("wall_s", "process_cpu_s", "thread_cpu_s", "compute_s", "total_s", "tokens")  # tokens: the work, the same each run
 # the job of each --methods name: Best-of-16, and SR / random-halting SR at one alpha from 16 rows (the same FLOPs)
-JOBS = {"bon": {"n": 16, "batch_size": 16}, "sr": {"alpha": 0.5, "batch_size": 16},
-        "sr-random": {"alpha": 0.5, "batch_size": 16}}
+JOBS = {BEST_OF_N.name: {"n": 16, "batch_size": 16}, SPECULATIVE_REJECTION.name: {"alpha": 0.5, "batch_size": 16},
+        RANDOM_HALTING.name: {"alpha": 0.5, "batch_size": 16}}
 CORPUS = ["the sea is deep and blue and the wind is cold", "a child asks why the sky is blue",
           "gravity pulls every mass toward every other mass", "write a poem about the moon and the stars"]
 
@@ -97,7 +101,7 @@ def run_job(method: str, threads: int, policy: str, neighbours: int, args: argpa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--methods", default="bon", help=f"comma-separated, of {', '.join(JOBS)}")
+    parser.add_argument("--methods", default=BEST_OF_N.name, help=f"comma-separated, of {', '.join(JOBS)}")
     parser.add_argument("--wait-policies", default="default")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--neighbours", type=int, default=1)

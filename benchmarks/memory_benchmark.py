@@ -27,6 +27,8 @@ import specrej
 from specrej.api import best_of_n, load_engine, speculative_rejection
 from specrej.engine.budget import format_size, token_capacity
 from specrej.engine.sampling import SamplingParams
+from specrej.methods.bon import BEST_OF_N
+from specrej.methods.sr import SPECULATIVE_REJECTION
 from specrej.rewards.reward import LogProbReward
 
 PROMPTS = ["Write a short story about a robot who learns to paint.",
@@ -55,23 +57,24 @@ def main() -> None:
     parser.add_argument("--min-tokens", type=int, default=8)
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--prompts", type=int, default=1, help=f"prompts per case (at most {len(PROMPTS)})")
-    parser.add_argument("--methods", default="bon,sr")
+    parser.add_argument("--methods", default=f"{BEST_OF_N.name},{SPECULATIVE_REJECTION.name}")
     parser.add_argument("--label", default="this checkout")
     args = parser.parse_args()
+    methods = args.methods.split(",")
 
     engine = load_engine(args.model, dtype=args.dtype, device=args.device)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens)
     reward = LogProbReward()
     rows = []
     for prompt in PROMPTS[: args.prompts]:
-        if "bon" in args.methods:
+        if BEST_OF_N.name in methods:
             budget = budget_for(engine, prompt, args.batch_size * args.max_new_tokens)
             tic = time.perf_counter()
             result = best_of_n(engine, reward, prompt, n=args.n, batch_size=args.batch_size, memory_budget=budget,
                                sampling=sampling, measure_memory=True)
             peak = result.measured_peak_bytes
             rows.append((f"BoN n={args.n} batch={args.batch_size}", budget, result, peak, time.perf_counter() - tic))
-        if "sr" in args.methods:
+        if SPECULATIVE_REJECTION.name in methods:
             budget = budget_for(engine, prompt, args.b_init * args.min_tokens)
             tic = time.perf_counter()
             result = speculative_rejection(engine, reward, prompt, alpha=args.alpha, memory_budget=budget,

@@ -28,6 +28,7 @@ import torch
 from scipy.stats import binomtest
 
 from specrej.api import load_engine
+from specrej.methods.bon import BEST_OF_N
 from specrej.methods.st_bon import coe_features, consistency_scores, truncation_point, vote, window, winner
 from specrej.records.io import read_records
 
@@ -35,7 +36,7 @@ from specrej.records.io import read_records
 def shard_responses(results: Path, pair: str) -> dict[str, tuple[str, list[dict]]]:
     """prompt_id -> (prompt, every candidate of every shard, shard order), from the shard files."""
     by_prompt: dict[str, dict[int, tuple[str, list[dict]]]] = defaultdict(dict)
-    for path in sorted((results / "runs" / pair / "bon").glob("shard*/chunk*.jsonl")):
+    for path in sorted((results / "runs" / pair / BEST_OF_N.name).glob("shard*/chunk*.jsonl")):
         shard = int(path.parent.name.removeprefix("shard"))
         for record in read_records(path):
             if "candidates" in record:

@@ -333,6 +333,25 @@ def test_the_static_step_gives_eager_tokens_across_row_ranges_and_windows(model_
     assert compiled.forward.compiled_step.row_ranges == {"1", "2-64", "65-"}
 
 
+def test_the_static_step_without_the_attention_kernel_gives_eager_tokens(model_dir, monkeypatch, tmp_path):
+    """Where the C++ attention kernel does not run (CUDA; heads not a whole number of vectors), the
+    step's attention is inductor's (`static_attention.attend_static`): forced here on Gemma 3 (sliding
+    windows, a prompt longer than the window), tokens as eager's in float32."""
+    from specrej.engine import static_attention
+
+    monkeypatch.setattr(static_attention, "supported", lambda *args: False)
+    monkeypatch.setenv("SPECREJ_CACHE", str(tmp_path))  # not the kernel's graphs, saved under the same key
+    engine = engine_for(model_dir, "gemma3_text", "float32")
+    compiled = copy.copy(engine)
+    compiled.forward = type(engine.forward)(engine.model, compile=True)
+    prompt_ids = engine.encode_prompt(PROMPT * 3)
+    for (tokens, _, hidden), (c_tokens, _, c_hidden) in zip(
+            run_rows(engine, prompt_ids, 5), run_rows(compiled, prompt_ids, 5), strict=True):
+        assert torch.equal(tokens, c_tokens)
+        assert torch.allclose(hidden, c_hidden, atol=ATOL)
+    assert not compiled.forward.compiled_step.module.kernel
+
+
 def test_the_compiled_sampler_at_another_temperature_gives_eager_tokens(model_dir):
     """Temperature 1 has a sampler graph of its own (one exponential for the draw and the
     log-probs); any other temperature goes through the tempered graph: tokens and log-probs as
