@@ -373,10 +373,11 @@ def resolve_compile(setting: str, fast_path: bool, device: torch.device) -> bool
     """Whether the decode step runs compiled: --compile `setting` for a model on `device`, whose
     forward pass is the engine's own (`fast_path`) or the fallback (never compiled).
 
-    auto: eager on every device. On this project's CPU a study job gains 8-16% warm (its GEMMs, which
-    no compile shortens, are most of it), less than a study's first compile costs (docs/results.md,
-    "The decode step as one graph"); on CUDA no measurement backs it
-    (`make gpu-check` measures it where a GPU is lent), and auto does not assume what was not measured."""
+    auto: eager on every device. It decides for one run, and on this project's CPU one run does
+    not pay the first compile (a Best-of-16 run of 8 prompts: 88 s from an empty cache, 34 s eager),
+    while a whole study, whose jobs share the graphs, does (1.12×; `config/compiled.yaml`,
+    docs/results.md, "The default study compiled"). On CUDA no measurement backs it (`make
+    gpu-check` measures it where a GPU is lent), and auto does not assume what was not measured."""
     from ..errors import SpecrejError, shown
 
     if setting not in COMPILE_SETTINGS:

@@ -342,6 +342,27 @@ def test_engine_args_pass_a_compile_setting_other_than_auto_and_yaml_bare_words(
         assert f"--method bon --compile {passed} --max-new-tokens" in job_options.reference_args(config, config["pairs"][1], n=2)
 
 
+def test_the_compiled_study_config_is_the_default_study_with_its_step_compiled():
+    """config/compiled.yaml merged over config/config.yaml as Snakemake merges a --configfile."""
+    import yaml
+    from snakemake.utils import update_config
+
+    default = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    merged = copy.deepcopy(default)
+    update_config(merged, yaml.safe_load((ROOT / "config" / "compiled.yaml").read_text()))
+    plan.validate_config(merged, SCHEMA)
+    plan.validate_config(default, SCHEMA)
+    assert merged["results_dir"] == "results/compiled" and default["results_dir"] == "results"
+    pair = merged["pairs"][0]
+    assert "--compile on" in job_options.reference_args(merged, pair, n=16)
+    assert "--compile" not in job_options.reference_args(default, pair, n=16)
+    assert job_options.reference_args(merged, pair, n=16).replace(" --compile on", "") == \
+        job_options.reference_args(default, pair, n=16)
+    merged["generators"]["smollm2"].pop("compile")
+    default["generators"]["smollm2"].pop("compile")
+    assert {k: v for k, v in merged.items() if k != "results_dir"} == {k: v for k, v in default.items() if k != "results_dir"}
+
+
 def test_engine_args_are_quoted_for_the_shell(config):
     config["generators"]["g"]["model"] = "/models/my model"
     args = job_options.reference_args(config, config["pairs"][1], n=2)

@@ -71,6 +71,8 @@ def methods_overlay(*entries, without: str | None = None) -> str:
     # config/all-methods.yaml over it: the control at alpha 0.7, ST-BoN at N = 128, DeepConf at N = 32
     # and 64 x eta 0.1 and 0.9, Pandora at N = 128 x 3 costs
     ("config/all-methods.yaml", {"reference_shard": 8, "method_run": 3 + 3 + 2 + 4 + 3, "merge_method": 3 + 3 + 2 + 4 + 3}),
+    # config/compiled.yaml over it: the default study's jobs, the generator's step compiled
+    ("config/compiled.yaml", {"reference_shard": 8, "method_run": 3 + 2 + 1 + 1 + 1, "merge_method": 3 + 2 + 1 + 1 + 1}),
     # 12 pairs x 10 chunks of 10 prompts: 32 shards of Bo120, 9 alphas; the 9 reward-model pairs
     # get the correlation study, every N is a multiple of 120 (no direct runs)
     # config/grid.yaml: 2 pairs x the default's 8 shards of Bo16 and 3 alphas, no other method; both
