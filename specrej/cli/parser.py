@@ -179,8 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--memory-budget", type=_size,
                      help="KV-cache budget, e.g. 2GiB (default: CUDA free memory minus a margin; CPU: 1/4 of free RAM, at most 1GiB)")
     _method_flags(gen, built_in().values())
+    from ..methods.sr import SPECULATIVE_REJECTION
+    from ..methods.sr_adaptive import ADAPTIVE
+
     gen.add_argument("--rejection", action=_Replaced, help=argparse.SUPPRESS,
-                     replacement="--method sr-adaptive (for --rejection adaptive) or --method sr (for alpha)")
+                     replacement=f"--method {ADAPTIVE.name} (for --rejection adaptive) or "
+                                 f"--method {SPECULATIVE_REJECTION.name} (for alpha)")
     gen.add_argument("--max-new-tokens", type=int, default=256,
                      help="the most tokens generated per response, >= 1 (a response cut there counts as complete)")
     gen.add_argument("--temperature", type=float, default=1.0,
