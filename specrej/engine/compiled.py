@@ -112,23 +112,14 @@ class StaticDecodeStep(torch.nn.Module):
         hidden states [rows, hidden]."""
         fw = self.forward_pass
         x = self.embed(tokens[:, None])
-        prompt_len = prompt_k[0].shape[1]
-        if not self.kernel:
-            span = own_positions.shape[0]
-            prompt_positions = torch.arange(prompt_len, device=x.device)
-            filled = own_positions <= pos
+        attend = attend_kernel if self.kernel else attend_static
         for i, weights in enumerate(self.layer_weights):
             cos, sin = rotary[i]
             q, new_k, new_v = self.inputs(x, weights, cos, sin, fw.num_heads, fw.num_kv_heads, fw.head_dim,
                                           graph_linear)
             k[i].index_copy_(2, pos.view(1), new_k)
             v[i].index_copy_(2, pos.view(1), new_v)
-            if self.kernel:
-                out = attend_kernel(q, prompt_k[i], prompt_v[i], k[i], v[i], pos, first_visible[i], fw.scale)
-            else:
-                out = attend_static(q, prompt_k[i], prompt_v[i], k[i][:, :, :span], v[i][:, :, :span],
-                                    prompt_positions >= first_visible[i],
-                                    filled & (own_positions + prompt_len >= first_visible[i]), fw.scale)
+            out = attend(q, prompt_k[i], prompt_v[i], k[i], v[i], pos, first_visible[i], own_positions, fw.scale)
             x = self.output(x, out, weights, self.act, graph_linear)
         return fw.final_norm(x[:, -1])
 

@@ -178,14 +178,20 @@ def _decode_attention_shape(q_by_head, prompt_scores, k, v, pos, first_visible, 
             q_by_head.new_empty(rows, kv_heads, q_by_head.shape[1] // rows, head_dim, dtype=torch.float32))
 
 
-def attend_static(q, prompt_k, prompt_v, k, v, prompt_visible, own_visible, scale: float) -> torch.Tensor:
-    """One query per row against the shared prompt KV and the rows' whole preallocated KV, masked.
+def attend_static(q, prompt_k, prompt_v, k, v, pos, first_visible, own_positions, scale: float) -> torch.Tensor:
+    """One query per row against the shared prompt KV and the span `own_positions` of the rows'
+    preallocated KV, the keys the query does not see masked.
 
-    q [rows, heads, 1, d]; prompt_k/v [kv_heads, P, d]; k/v [rows, kv_heads, L, d];
-    prompt_visible [P] and own_visible [L] (bool): the keys this query sees."""
+    q [rows, heads, 1, d]; prompt_k/v [kv_heads, P, d]; k/v [rows, kv_heads, L, d], the step's key
+    and value already written at `pos` (0-d); first_visible: 0-d, the oldest position this layer
+    sees; own_positions [span]: 0..span-1, the slots read (the filled ones and a few more)."""
     rows, heads, _, d = q.shape
     kv_heads, prompt_len = prompt_k.shape[0], prompt_k.shape[1]
     group = heads // kv_heads
+    span = own_positions.shape[0]
+    k, v = k[:, :, :span], v[:, :, :span]
+    prompt_visible = torch.arange(prompt_len, device=q.device) >= first_visible
+    own_visible = (own_positions <= pos) & (own_positions + prompt_len >= first_visible)
     # the queries by KV head, a buffer the prompt's GEMM needs anyway; the rows' own scores read
     # it too, so that the graph does not recompute the queries' rotation for every key
     q_by_head = q.reshape(rows, kv_heads, group, d).transpose(0, 1).reshape(kv_heads, rows * group, d)
@@ -204,12 +210,10 @@ def attend_static(q, prompt_k, prompt_v, k, v, prompt_visible, own_visible, scal
     return out.reshape(rows, heads, 1, d)
 
 
-def attend_kernel(q, prompt_k, prompt_v, k, v, pos, first_visible, scale: float) -> torch.Tensor:
+def attend_kernel(q, prompt_k, prompt_v, k, v, pos, first_visible, own_positions, scale: float) -> torch.Tensor:
     """`attend_static` through the C++ kernel (`decode_attention`): the prompt's scores
-    and weighted sum stay GEMMs over every row; the softmax and the rows' own keys are the kernel's.
-
-    k/v [rows, kv_heads, L, d]: each row's whole cache, the step's key and value already written at `pos`;
-    first_visible: 0-d, the oldest position this layer sees."""
+    and weighted sum stay GEMMs over every row; the softmax and the rows' own keys are the kernel's,
+    which reads each row's cache up to `pos` itself (`own_positions` is None)."""
     rows, heads, _, d = q.shape
     kv_heads = prompt_k.shape[0]
     group = heads // kv_heads
