@@ -38,7 +38,8 @@ PREFIX_COLUMNS = tuple(PREFIX_DTYPES)
 def read_records(path: str | os.PathLike) -> list[dict]:
     """Complete trajectory records of a JSONL file (a torn last line is ignored).
 
-    A prompt_id found twice is an error: two runs appended to the same file.
+    A line that is not a record, or a prompt_id found twice (two runs appended to the same
+    file), is an error naming the file.
     """
     return _unique(_complete_records(Path(path))[1], path)
 
@@ -54,22 +55,51 @@ def _unique(records: list[dict], path) -> list[dict]:
     return records
 
 
-def _complete_records(path: Path) -> tuple[list[bytes], list[dict]]:
-    """The lines up to the first one that is torn (no newline) or not JSON (what a killed run
-    left), and their records: the one read of a run file."""
+# How every record line starts (`RecordWriter.write`: json.dumps of a record, prompt_id first):
+# a last line cut short by a kill is recognised as ours by this prefix
+RECORD_PREFIX = b'{"prompt_id": '
+
+
+def _complete_records(path: Path) -> tuple[list[bytes], list[dict], int]:
+    """The record lines of a run file, their records and the length of what precedes a torn
+    tail (the file's size when it has none): the one read of a run file.
+
+    Only what a killed run leaves is skipped: a last line without its newline that starts as a
+    record does. Blank lines are passed over. Anything else that is not a record (a JSON object
+    with a prompt_id) is refused in one line naming the file and the line, so that a file that is
+    not a run file (a user's CSV) is never taken for one, and nothing after a bad line is lost."""
     if not path.exists():
-        return [], []
-    lines, records = [], []
-    for line in path.read_bytes().splitlines(keepends=True):
+        return [], [], 0
+    if not path.is_file():
+        raise SpecrejError(f"{path} is not a file; choose another --out")
+    lines, records, end = [], [], 0
+    data = path.read_bytes().splitlines(keepends=True)
+    for number, line in enumerate(data, start=1):
+        if number == len(data) and not line.endswith(b"\n") and line.startswith(RECORD_PREFIX):
+            break  # the torn tail of a killed run
+        end += len(line)
+        if not line.strip():
+            continue
         try:
             record = json.loads(line)
         except ValueError:
-            break
-        if not line.endswith(b"\n"):
-            break
+            record = None
+        if not isinstance(record, dict) or "prompt_id" not in record:
+            raise SpecrejError(_not_a_record(path, number, line, records))
         lines.append(line)
         records.append(record)
-    return lines, records
+    return lines, records, end
+
+
+def _not_a_record(path: Path, number: int, line: bytes, before: list[dict]) -> str:
+    """The one line refusing a file with a line that is not a specrej record, left as it is."""
+    shown = line.decode("utf-8", "replace").strip()
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    if not before:
+        return (f"{path} is not a specrej run file (line {number} is not a record: {shown!r}); "
+                "it was left as it is: choose another --out")
+    return (f"{path} line {number} is not a specrej record ({shown!r}); the file was left as it is: "
+            "remove or fix that line, or choose another --out")
 
 
 @contextmanager
@@ -168,9 +198,9 @@ class RecordWriter:
         self.unknown = tuple(unknown)  # the settings `settle` is still to compare
         with ExitStack() as stack:
             stack.enter_context(output_lock(self.path))
-            lines, records = _complete_records(self.path)
-            if self.path.exists() and sum(map(len, lines)) != self.path.stat().st_size:
-                os.truncate(self.path, sum(map(len, lines)))  # drop the torn tail of a killed run, in place
+            lines, records, end = _complete_records(self.path)
+            if self.path.exists():
+                _end_at(self.path, end)
             records = _unique(records, self.path)
             check_resume(self.path, self.settings, records[:1], unknown=self.unknown)
             self._previous = records[0]["params"]["output_settings"] if records else None
@@ -226,6 +256,18 @@ class RecordWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _end_at(path: Path, end: int) -> None:
+    """Drop a killed run's torn tail (what follows `end`), in place, and end the last line with
+    a newline if it lacks one, so that the next record starts a line of its own."""
+    if path.stat().st_size != end:
+        os.truncate(path, end)
+    if end:
+        with open(path, "rb+") as handle:
+            handle.seek(end - 1)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
 
 
 def _replace_lines(path: Path, lines: list[bytes]) -> None:
