@@ -8,15 +8,18 @@ deterministic offline judge.
     judge="longest"        deterministic: the longer output wins, equal lengths draw (tests)
     judge=<callable>       ``f(instruction, output_a, output_b) -> 1 | 2 | 1.5 | p in [1, 2] | None``
                            (1: the first shown is better; None: no verdict), deterministic tests
-    judge="auto"           ``gpt4_turbo`` when an OpenAI key is set, else ``local:default``
+    judge="auto"           ``local:default``: the paid judge runs only when it is named, never
+                           because an OpenAI key happens to be set
 
-Standard library only: the workflow asks ``api_key_present`` when it plans its jobs.  Whether a
+Standard library only: the workflow asks ``judge_availability`` when it plans its jobs, so that a
+Table 1 that was "not evaluated" is judged again once what it lacked is there.  Whether a
 resolved judge can actually run here (alpaca_eval installed, the local model loads) is
 ``analysis.alpaca_eval_adapter.usable_judge``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable
 
@@ -46,16 +49,28 @@ def api_key_present() -> bool:
     return any(os.environ.get(name) for name in KEY_VARIABLES)
 
 
+def judge_availability(judge: str | None) -> str:
+    """What the configured ``judge`` needs here and may lack today, in one line (alpaca_eval
+    installed; the OpenAI key, for ``gpt4_turbo``): the win-rate job's parameter, so that it runs
+    again once this changes, rather than keeping a "not evaluated" table."""
+    if judge is None:
+        return "no judge"
+    needs = [f"alpaca_eval {'installed' if importlib.util.find_spec('alpaca_eval') else 'missing'}"]
+    if judge == API_JUDGE:
+        needs.append(f"OpenAI key {'set' if api_key_present() else 'not set'}")
+    return ", ".join(needs)
+
+
 def resolve_judge(judge: str | PairJudge | None = AUTO) -> str | PairJudge:
-    """The concrete judge for ``judge`` (``auto`` decided here); raises ``JudgeUnavailable`` for
-    ``gpt4_turbo`` without a key or for ``None`` (no judge configured), and ``ValueError`` for an
-    unknown name."""
+    """The concrete judge for ``judge`` (``auto`` and ``local`` are ``local:default``); raises
+    ``JudgeUnavailable`` for ``gpt4_turbo`` without a key or for ``None`` (no judge configured),
+    and ``ValueError`` for an unknown name."""
     if judge is None:
         raise JudgeUnavailable("no judge configured")
     if callable(judge):
         return judge
     if judge == AUTO:
-        return API_JUDGE if api_key_present() else DEFAULT_LOCAL_JUDGE
+        return DEFAULT_LOCAL_JUDGE
     if judge == API_JUDGE:
         if not api_key_present():
             raise JudgeUnavailable(

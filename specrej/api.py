@@ -131,13 +131,20 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
     Each record's params hold the method's setting: {"method", "params", "label"} (the
     configuration key of `analysis`), its `display` (the method's declaration: name, colour,
     marker, reference), the setting's keys flat as well (e.g. n, alpha), `prompt_format` (how the
-    prompts were rendered: chat or plain) and `settings_digest`, a digest of `output_settings`.
+    prompts were rendered: chat or plain), `model_revision` / `reward_revision` (the hub revisions
+    the engine and the reward were loaded at, `load_engine(revision=...)` / `load_reward(revision=...)`,
+    only when given: output settings too, so a resume at another revision is refused) and
+    `settings_digest`, a digest of `output_settings`.
     """
     plan = plan_run(method, params if checked is None else checked, model_name=model_name, reward_name=reward_name,
                     seed=seed, sampling=sampling, memory_budget=memory_budget,
-                    prompt_format=getattr(engine, "prompt_format", "auto"))  # before anything is read or written
+                    prompt_format=getattr(engine, "prompt_format", "auto"),
+                    # as loaded (`load_engine`, `load_reward`): an Engine or reward built otherwise has none
+                    model_revision=getattr(engine, "revision", None),
+                    reward_revision=getattr(reward, "revision", None))  # before anything is read or written
     items = read_prompts(prompts) if not isinstance(prompts, list) else prompts
-    with RecordWriter(out, plan.settings, retry_failed=retry_failed, unknown=plan.unknown_settings) as writer:
+    with RecordWriter(out, plan.settings, retry_failed=retry_failed, unknown=plan.unknown_settings,
+                      prompts=items) as writer:
         return run_planned(plan, items, writer, engine=engine, reward=reward, measure_memory=measure_memory,
                            progress=progress, on_failure=on_failure)
 
@@ -164,7 +171,8 @@ def run_planned(plan: RunPlan, prompts: list[PromptItem], writer: RecordWriter, 
         try:
             result = run_method(plan.method, plan.params, engine, reward, item.prompt, sampling=plan.sampling,
                                 seed=params["prompt_seed"], memory_budget=plan.memory_budget,
-                                measure_memory=measure_memory, shapes=shapes, run_params=params)
+                                measure_memory=measure_memory, shapes=shapes, run_params=params,
+                                prompt_id=item.prompt_id)
         except SpecrejError as error:
             record = prompt_record(plan, item, params, str(error))
         except Exception as error:  # the method's own bug (not BaseException: Ctrl-C still stops the run)
@@ -193,11 +201,12 @@ def run_planned(plan: RunPlan, prompts: list[PromptItem], writer: RecordWriter, 
 
 def _run_params(plan: RunPlan, settings: dict, engine: Engine) -> dict:
     """The run's part of every record's params (`session.record_params`), the same for each prompt
-    but its `prompt_seed`: the names, the run's seed, the prompt format used (chat or plain), the
-    setting's keys flat, the sampling settings, the setting, the display, the output settings and
-    their digest."""
+    but its `prompt_seed`: the names (with the models' hub revisions, when pinned), the run's seed,
+    the prompt format used (chat or plain), the setting's keys flat, the sampling settings, the
+    setting, the display, the output settings and their digest."""
     recorded = dict(plan.params)  # as a record holds them: Param.check gives lists, numbers, strings
-    return {"model": plan.model_name, "reward": plan.reward_name, "seed": plan.seed,
+    pinned = {key: settings[key] for key in ("model_revision", "reward_revision") if key in settings}
+    return {"model": plan.model_name, "reward": plan.reward_name, **pinned, "seed": plan.seed,
             "prompt_format": engine.used_prompt_format(),  # as the prompts were rendered: chat or plain
             **{key: recorded[key] for key in plan.method.setting_keys}, **vars(plan.sampling),
             "setting": {"method": plan.method.name, "params": recorded, "label": plan.method.label(recorded)},

@@ -55,11 +55,13 @@ def check_run(method: str | Method, params: Mapping = MappingProxyType({}), *, s
 
 
 def output_settings(method: Method, params: dict, *, model: str, reward: str, seed: int, sampling: SamplingParams,
-                    memory_budget: int | None, engine: Engine | None = None, prompt_format: str | None = None) -> dict:
+                    memory_budget: int | None, engine: Engine | None = None, prompt_format: str | None = None,
+                    model_revision: str | None = None, reward_revision: str | None = None) -> dict:
     """Every setting that changes a run file's records: a rerun whose settings differ is refused
     (`io.RecordWriter`). A file parameter counts by its content; the engine's dtype and device
     as loaded (`engine_settings`; None: not known yet, e.g. before loading); the prompt format as
-    asked for (`prompt_format`, else the engine's), named only when it is not "auto"; the method's
+    asked for (`prompt_format`, else the engine's), named only when it is not "auto"; the hub
+    revisions the generator and the reward model were loaded at, named only when given; the method's
     code as `method_code` (`registry.method_code`: specrej's version for a built-in method, a
     digest of its module's source for one from outside), so a rerun after the code changed is
     refused too."""
@@ -67,20 +69,26 @@ def output_settings(method: Method, params: dict, *, model: str, reward: str, se
     prompt_format = prompt_format if prompt_format is not None else getattr(engine, "prompt_format", "auto")
     return {"method": method.name, "method_code": method_code(method),
             **{f"param.{k}": (file_digest(v) if k in file_params and v else v) for k, v in params.items()},
-            "model": model, "reward": reward, "seed": seed, **vars(sampling), "memory_budget": memory_budget,
+            "model": model, **({"model_revision": model_revision} if model_revision is not None else {}),
+            "reward": reward, **({"reward_revision": reward_revision} if reward_revision is not None else {}),
+            "seed": seed, **vars(sampling), "memory_budget": memory_budget,
             **({"prompt_format": prompt_format} if prompt_format != "auto" else {}),
             **engine_settings(engine)}
 
 
 # the output settings known once the generator is loaded (`engine_settings`): a run's output is
 # opened before, with these unknown, and `RecordWriter.settle` compares them after
-ENGINE_SETTINGS = ("dtype", "device")
+ENGINE_SETTINGS = ("dtype", "device", "compiled")
 
 
 def engine_settings(engine: Engine | None) -> dict:
-    """The loaded generator's output settings: its dtype and device type (None: not loaded yet)."""
-    return {"dtype": None if engine is None else str(engine.dtype).removeprefix("torch."),
-            "device": None if engine is None else engine.device.type}
+    """The loaded generator's output settings: its dtype and device type (None: not loaded yet),
+    and `compiled: True` when its decode step is compiled (whose bf16 rounding, and so tokens,
+    differ from the eager step's); an eager engine names no `compiled`, as records before it did not."""
+    if engine is None:
+        return {"dtype": None, "device": None}
+    return {"dtype": str(engine.dtype).removeprefix("torch."), "device": engine.device.type,
+            **({"compiled": True} if engine.compiled else {})}
 
 
 @dataclass(frozen=True)
@@ -109,11 +117,14 @@ class RunPlan:
 
 def plan_run(method: str | Method, params: Mapping = MappingProxyType({}), *, model_name: str, reward_name: str,
              seed: int = 0, sampling: SamplingParams = SamplingParams(), memory_budget: int | None = None,
-             prompt_format: str = "auto", reward_batch_size: int | None = None) -> RunPlan:
+             prompt_format: str = "auto", reward_batch_size: int | None = None, model_revision: str | None = None,
+             reward_revision: str | None = None) -> RunPlan:
     """The run's settings checked (`check_run`, once: `reward_batch_size` is only checked) and
-    its output settings computed (`output_settings`, once; `prompt_format` as asked for)."""
+    its output settings computed (`output_settings`, once; `prompt_format` as asked for; the hub
+    revisions the models are loaded at, checked by the loaders against the models they load)."""
     method, checked = check_run(method, params, sampling=sampling, seed=seed, memory_budget=memory_budget,
                                 reward_batch_size=reward_batch_size)
     settings = output_settings(method, dict(checked), model=model_name, reward=reward_name, seed=seed,
-                               sampling=sampling, memory_budget=memory_budget, prompt_format=prompt_format)
+                               sampling=sampling, memory_budget=memory_budget, prompt_format=prompt_format,
+                               model_revision=model_revision, reward_revision=reward_revision)
     return RunPlan(method, checked, sampling, seed, memory_budget, model_name, reward_name, settings)

@@ -181,3 +181,11 @@ def tiny_model_dir(tmp_path_factory):
         return built[model_type]
 
     return build
+
+
+@pytest.fixture
+def one_prompt(tmp_path) -> Path:
+    """A prompts file of one prompt."""
+    path = tmp_path / "one.txt"
+    path.write_text("Write a poem about the sea.\n")
+    return path

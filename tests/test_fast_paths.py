@@ -294,10 +294,11 @@ def test_the_compiled_step_matches_eager_with_one_graph_per_row_range(model_dir,
     outs = {}
     for setting in ("off", "on"):
         outs[setting] = tmp_path / f"{setting}.jsonl"
-        assert main(["generate", "--model", str(model_dir("qwen3")), "--prompts", str(prompts_file), "--out",
-                     str(outs[setting]), "--method", "sr", "--param", "alpha=0.5", "--param", "max_init_batch=12",
-                     "--param", "min_tokens=4", "--max-new-tokens", "12", "--memory-budget", "64KiB",
-                     "--dtype", "float32", "--compile", setting, "--no-progress"]) == 0
+        argv = ["generate", "--model", str(model_dir("qwen3")), "--prompts", str(prompts_file), "--out",
+                str(outs[setting]), "--method", "sr", "--param", "alpha=0.5", "--param", "max_init_batch=12",
+                "--param", "min_tokens=4", "--max-new-tokens", "12", "--memory-budget", "64KiB",
+                "--dtype", "float32", "--compile", setting, "--no-progress"]
+        assert main(argv) == 0
     eager, compiled = read_records(outs["off"]), read_records(outs["on"])
     assert all("compiled" not in r["params"] for r in eager) and all(r["params"]["compiled"] for r in compiled)
     batch_sizes = set()
@@ -308,6 +309,11 @@ def test_the_compiled_step_matches_eager_with_one_graph_per_row_range(model_dir,
         batch_sizes |= {r["batch_before"] for r in c["rounds"]} | {r["batch_after"] for r in c["rounds"]}
     assert len(batch_sizes) >= 2  # the compiled step ran at several batch sizes...
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 3  # ...on a graph per row range, and the sampler's
+    # a compiled resume of the eager file is refused once the generator loads, the file left as it was
+    first = outs["off"].read_bytes().splitlines(keepends=True)[0]
+    outs["off"].write_bytes(first)
+    argv[argv.index("--out") + 1], argv[argv.index("--compile") + 1] = str(outs["off"]), "on"
+    assert main(argv) == 2 and outs["off"].read_bytes() == first
     with pytest.raises(SpecrejError, match="only the engine's own forward passes compile"):
         resolve_compile("on", fast_path=False, device=torch.device("cpu"))
     assert resolve_compile("auto", fast_path=True, device=torch.device("cpu")) is False

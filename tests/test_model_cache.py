@@ -218,6 +218,36 @@ def test_fetch_model_of_an_unknown_hub_id_offline_is_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("specrej: error: cannot fetch 'no-such-org/no-such-model'")
 
 
+def test_a_gguf_conversion_is_keyed_on_the_files_content(tmp_path, monkeypatch):
+    """A .gguf rewritten with other weights but the same size and modification time (a copy that
+    keeps times) is converted again; the same content written again reuses its conversion."""
+    from specrej.models import loading
+
+    monkeypatch.setenv("SPECREJ_CACHE", str(tmp_path / "cache"))
+    converted = []
+
+    def dequantise(gguf: Path, out: Path) -> None:  # stands in for the conversion: what it read
+        converted.append(gguf.read_bytes())
+        (out / "config.json").write_text(json.dumps({"weights": gguf.read_text()}))
+
+    monkeypatch.setattr(loading, "_dequantise_gguf", dequantise)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF weights one")
+    first = loading.convert_gguf(gguf)
+    assert first == tmp_path / "cache" / "gguf" / "m-abaa996e967561d1"  # sha256(b"GGUF weights one")[:16]
+
+    stat = gguf.stat()
+    gguf.write_bytes(b"GGUF weights two")
+    os.utime(gguf, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (gguf.stat().st_size, gguf.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    second = loading.convert_gguf(gguf)
+    assert second != first and json.loads((second / "config.json").read_text()) == {"weights": "GGUF weights two"}
+
+    gguf.write_bytes(b"GGUF weights one")  # the first content again, at another time: nothing converted
+    assert loading.convert_gguf(gguf) == first
+    assert converted == [b"GGUF weights one", b"GGUF weights two"]
+
+
 def test_a_full_disk_while_writing_records_is_one_line(tmp_path, monkeypatch, capsys):
     """ENOSPC from the record writer (as a full disk raises it): one line, exit 2."""
     cli = importlib.import_module("specrej.cli.main")  # the module (the package binds `main` to a function too)

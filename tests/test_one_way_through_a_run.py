@@ -113,10 +113,11 @@ def test_a_resume_reads_and_compares_each_setting_once(generator_dir, prompts_fi
         assert count(trace, step) == 1, step
     assert count(trace, "prompt_record") == 1  # only the prompt left runs
     # every output setting compared with the file's once: all but the engine's before the models load,
-    # its dtype and device after
+    # its dtype, device and whether the step is compiled after (an eager run's records name no `compiled`)
     compared = [key for step, args, _ in trace if step == "compare_settings" for key in args[3]]
     settings = read_records(out)[0]["params"]["output_settings"]
-    assert sorted(compared) == sorted(settings) and compared[-2:] == ["dtype", "device"]
+    assert "compiled" not in settings
+    assert sorted(compared) == sorted([*settings, "compiled"]) and compared[-3:] == ["dtype", "device", "compiled"]
     records = read_records(out)
     assert [r["prompt_id"] for r in records] == [0, 1, 2] and records[2]["params"]["output_settings"] == settings
 

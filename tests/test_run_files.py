@@ -73,3 +73,69 @@ def test_a_last_record_without_its_newline_is_kept_and_the_next_starts_a_line(tm
         assert writer.done == {0}
         writer.write(record(1))
     assert path.read_bytes() == compact + b"\n" + line(1)
+
+
+def generate_args(generator_dir, prompts, out, *extra):
+    return ["generate", "--model", str(generator_dir), "--prompts", str(prompts), "--out", str(out),
+            "--method", "bon", "--n", "2", "--max-new-tokens", "4", "--no-progress", *extra]
+
+
+def test_a_resume_with_a_prompt_whose_text_changed_is_refused(generator_dir, tmp_path, capsys):
+    prompts, out = tmp_path / "p.json", tmp_path / "run.jsonl"
+    prompts.write_text(json.dumps([{"id": "sea", "prompt": "Write a poem about the sea."},
+                                   {"id": "fruit", "prompt": "List three fruits."}]))
+    assert main(generate_args(generator_dir, prompts, out)) == 0
+    written = out.read_bytes()
+    prompts.write_text(json.dumps([{"id": "sea", "prompt": "Write a poem about the sea."},
+                                   {"id": "fruit", "prompt": "List three vegetables."}]))  # same id, new text
+    capsys.readouterr()
+    assert main(generate_args(generator_dir, prompts, out)) == 2
+    err = capsys.readouterr().err
+    assert err == (f"specrej: error: {out} holds prompt \"fruit\" with another text ('List three fruits.' there, "
+                   "'List three vegetables.' now): the prompts changed since it was written; use another --out, "
+                   "or delete it to rerun every prompt\n")
+    assert out.read_bytes() == written
+
+
+def test_a_compiled_resume_of_an_eager_file_is_refused_and_back(generator_dir, tmp_path, capsys):
+    """Whether the step ran compiled is an output setting: it is known once the generator loads,
+    and compared then, before any prompt runs."""
+    from specrej.plan import ENGINE_SETTINGS
+
+    prompts, out = tmp_path / "p.json", tmp_path / "run.jsonl"
+    prompts.write_text(json.dumps(["Write a poem about the sea.", "List three fruits."]))
+    assert main(generate_args(generator_dir, prompts, out, "--compile", "off")) == 0
+    eager = read_records(out)
+    assert "compiled" not in eager[0]["params"]["output_settings"]  # an eager record as before
+    lines = out.read_bytes().splitlines(keepends=True)
+    out.write_bytes(lines[0])  # the second prompt still to run
+    settings = eager[0]["params"]["output_settings"]
+    known = {key: settings[key] for key in ENGINE_SETTINGS if key in settings}
+    with RecordWriter(out, {**settings, "dtype": None, "device": None}, unknown=ENGINE_SETTINGS) as writer:
+        with pytest.raises(SpecrejError, match=r"other settings \(compiled: the eager step there, the compiled "
+                                               r"step now\); use another --out or delete it"):
+            writer.settle({**known, "compiled": True})
+    assert out.read_bytes() == lines[0]
+    # the other way round: a compiled file resumed eagerly
+    compiled_line = json.dumps({**eager[0], "params": {**eager[0]["params"],
+                                                       "output_settings": {**settings, "compiled": True}}})
+    out.write_text(compiled_line + "\n")
+    with RecordWriter(out, {**settings, "dtype": None, "device": None}, unknown=ENGINE_SETTINGS) as writer:
+        with pytest.raises(SpecrejError, match=r"compiled: the compiled step there, the eager step now"):
+            writer.settle(known)
+    # the same setting resumes: eager on eager
+    out.write_bytes(lines[0])
+    assert main(generate_args(generator_dir, prompts, out, "--compile", "off")) == 0
+    assert read_records(out)[1]["prompt_id"] == 1
+
+
+@pytest.mark.parametrize("prompt_id", [[1, 2], {"a": 1}, True, None, 1.5, ""])
+def test_a_prompt_id_that_is_not_an_integer_or_a_string_is_refused_in_one_line(tmp_path, capsys, prompt_id):
+    prompts, out = tmp_path / "p.jsonl", tmp_path / "run.jsonl"
+    prompts.write_text(json.dumps({"prompt_id": prompt_id, "prompt": "List three fruits."}) + "\n")
+    assert main(["generate", "--model", "default", "--method", "bon", "--n", "2",
+                 "--prompts", str(prompts), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"specrej: error: {prompts}: entry 0: its prompt_id must be an integer or a non-empty string, "
+                   f"got {json.dumps(prompt_id)}\n")
+    assert not out.exists()

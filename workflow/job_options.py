@@ -32,16 +32,31 @@ def common_args(config: dict, pair: dict, method: str, seed_offset: int = 0) -> 
     prompt_format = ["--prompt-format", g["prompt_format"]] if g["prompt_format"] != "auto" else []
     compile_setting = {True: "on", False: "off"}.get(g["compile"], g["compile"])  # YAML's bare on / off
     compile_step = ["--compile", compile_setting] if compile_setting != "auto" else []  # likewise
-    return ["--model", g["model"], "--reward", r["model"], "--method", method, *prompt_format, *compile_step,
+    return ["--model", g["model"], *revision_args("model", g), "--reward", r["model"], *revision_args("reward", r),
+            "--method", method, *prompt_format, *compile_step,
             "--max-new-tokens", s["max_new_tokens"], "--temperature", s["temperature"], "--top-p", s["top_p"],
             "--top-k", s["top_k"], "--seed", s["seed"] + seed_offset, "--device", config["device"],
             "--dtype", g["dtype"] or config["dtype"], "--reward-batch-size", r["batch_size"], "--no-progress",
             "--exit-zero"]  # a chunk whose every prompt fails is a result (error records), not a failed job
 
 
+def revision_args(model: str, entry: dict) -> list:
+    """--model-revision / --reward-revision (`model`: "model" or "reward") when the generator's or
+    reward's entry pins a `revision`; nothing otherwise, so the jobs of configs without one keep
+    their options."""
+    return [f"--{model}-revision", entry["revision"]] if entry.get("revision") is not None else []
+
+
+def trust_args(*, model: bool, reward: bool) -> list:
+    """--trust-remote-code for exactly the models whose entries allow their own code: the
+    generator (model), the reward model (reward) or both; nothing for neither."""
+    trusted = [name for name, allowed in (("model", model), ("reward", reward)) if allowed]
+    return ["--trust-remote-code", "both" if len(trusted) == 2 else trusted[0]] if trusted else []
+
+
 def remote_code_args(config: dict, pair: dict) -> list:
     g, r = config["generators"][pair["generator"]], config["rewards"][pair["reward"]]
-    return ["--trust-remote-code"] if g["trust_remote_code"] or r["trust_remote_code"] else []
+    return trust_args(model=g["trust_remote_code"], reward=r["trust_remote_code"])
 
 
 def reference_args(config: dict, pair: dict, *, n: int, seed_offset: int = 0) -> str:
@@ -76,11 +91,12 @@ def _text(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
-def partial_path(results: str, output: str, args: str) -> str:
+def partial_path(results: str, output: str, args: str, prompts_digest: str) -> str:
     """Where the engine writes while a job runs (moved onto the output when it finishes): a
     killed job leaves it behind and the rerun resumes it; its name carries a digest of the
-    settings, so a rerun with other settings never appends to it."""
-    digest = hashlib.sha256(args.encode()).hexdigest()[:12]
+    settings and of the chunk's prompts (`plan.chunk_params`' digest), so a rerun with other
+    settings or edited prompts never appends to it."""
+    digest = hashlib.sha256(f"{args} {prompts_digest}".encode()).hexdigest()[:12]
     return f"{results}/.partial/{Path(output).relative_to(results)}.{digest}.jsonl"
 
 
@@ -88,13 +104,13 @@ def prefix_args(config: dict, pair: dict) -> list[str]:
     """`specrej score-prefixes` options for `pair` (everything but --trajectories/--out)."""
     g, r = config["generators"][pair["generator"]], config["rewards"][pair["reward"]]
     taus = ",".join(map(str, sorted(config["correlation"]["decision_tokens"])))
-    args = ["--reward", r["model"], "--decision-tokens", taus,
+    args = ["--reward", r["model"], *revision_args("reward", r), "--decision-tokens", taus,
             "--device", config["device"], "--dtype", r["dtype"] or config["dtype"],
             "--reward-batch-size", r["batch_size"], "--no-progress"]
-    if r["model"] != "logprob":
-        args += ["--model", g["model"]]
-    if g["trust_remote_code"] or r["trust_remote_code"]:
-        args += ["--trust-remote-code"]
+    scores_text = r["model"] != "logprob"  # only then is the generator's tokenizer loaded
+    if scores_text:
+        args += ["--model", g["model"], *revision_args("model", g)]
+    args += trust_args(model=scores_text and g["trust_remote_code"], reward=r["trust_remote_code"])
     return [str(a) for a in args]
 
 

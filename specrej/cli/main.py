@@ -87,10 +87,14 @@ def _summarize_run(path: str, max_chars: int | None) -> None:
 def run_arguments(args: argparse.Namespace) -> RunPlan:
     """The run's `plan.RunPlan`: the method and its checked parameters from its flags and --param
     NAME=VALUE (each parsed by the method's own declaration), every other setting checked and
-    the output settings computed, each once (`plan.plan_run`), before any file is read or model loaded."""
+    the output settings computed, each once (`plan.plan_run`), before any file is read or model
+    loaded; a revision given for a model that is no hub id is refused here too (and again by the
+    loaders, for the Python API)."""
     from ..engine.sampling import SamplingParams
     from ..methods import built_in, get_method
+    from ..models.loading import check_revision
     from ..plan import plan_run
+    from ..rewards.reward import check_reward_revision
 
     method = get_method(args.method)
     cli_flags = {param.name: param.flag for m in built_in().values() for param in m.params if param.flag}
@@ -106,9 +110,12 @@ def run_arguments(args: argparse.Namespace) -> RunPlan:
         typed.add(name)
     method = _named_as_typed(method, cli_flags, typed)
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
+    check_revision(args.model, args.model_revision, "model")
+    check_reward_revision(args.reward, args.reward_revision)
     return plan_run(method, given, model_name=args.model, reward_name=args.reward, seed=args.seed, sampling=sampling,
                     memory_budget=args.memory_budget, prompt_format=args.prompt_format,
-                    reward_batch_size=args.reward_batch_size)
+                    reward_batch_size=args.reward_batch_size, model_revision=args.model_revision,
+                    reward_revision=args.reward_revision)
 
 
 def _named_as_typed(method, cli_flags: dict[str, str], typed: set[str]):
@@ -161,16 +168,18 @@ def _generate(args: argparse.Namespace, prompts: list, plan: RunPlan) -> int:
     from ..engine.load import load_engine
     from ..records.io import RecordWriter
     from ..rewards.reward import load_reward
+    from .parser import trusts
 
     # opened once, before any model loads: a second run on OUT, or a resume with other settings, is
     # refused at once; the dtype and device are compared once the generator is loaded (run_planned)
     with RecordWriter(args.out, plan.settings, retry_failed=args.retry_failed,
-                      unknown=plan.unknown_settings) as writer:
+                      unknown=plan.unknown_settings, prompts=prompts) as writer:
         engine = load_engine(args.model, dtype=args.dtype, device=args.device,
-                             trust_remote_code=args.trust_remote_code, prompt_format=args.prompt_format,
-                             compile=args.compile)
+                             trust_remote_code=trusts(args, "model"), revision=args.model_revision,
+                             prompt_format=args.prompt_format, compile=args.compile)
         reward = load_reward(args.reward, dtype=args.dtype, device=args.device,
-                             trust_remote_code=args.trust_remote_code, batch_size=args.reward_batch_size)
+                             trust_remote_code=trusts(args, "reward"), revision=args.reward_revision,
+                             batch_size=args.reward_batch_size)
         run_planned(plan, prompts, writer, engine=engine, reward=reward, progress=not args.no_progress,
                     on_failure=_print_failure)
     failed = [(item.prompt_id, writer.errors[item.prompt_id]) for item in prompts if item.prompt_id in writer.errors]
@@ -192,11 +201,13 @@ def _print_failure(item, error: str) -> None:
 
 def score_prefixes(args: argparse.Namespace) -> None:
     from ..rewards.prefixes import score_prefix_file
+    from .parser import trusts
 
     score_prefix_file(args.trajectories, args.out, reward=args.reward, decision_tokens=args.decision_tokens,
                       model=args.model, dtype=args.dtype, device=args.device,
-                      trust_remote_code=args.trust_remote_code, reward_batch_size=args.reward_batch_size,
-                      progress=not args.no_progress)
+                      model_trust_remote_code=trusts(args, "model"), reward_trust_remote_code=trusts(args, "reward"),
+                      model_revision=args.model_revision, reward_revision=args.reward_revision,
+                      reward_batch_size=args.reward_batch_size, progress=not args.no_progress)
 
 
 class Terminated(KeyboardInterrupt):

@@ -77,6 +77,30 @@ class _Replaced(argparse.Action):
         parser.error(f"argument {option_string}: was removed; use {self.replacement}")
 
 
+# the models whose own code --trust-remote-code lets run: the generator ("model": for score-prefixes
+# its tokenizer) and the reward model, each alone, or both
+TRUSTED_MODELS = ("model", "reward")
+
+
+class _TrustRemoteCode(argparse.Action):
+    """--trust-remote-code [model|reward|both], repeatable: the set of models (`TRUSTED_MODELS`)
+    allowed to run their own code. Bare, it means both, as it did before it took a value, so
+    that old commands keep working."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", const="both", choices=[*TRUSTED_MODELS, "both"],
+                         **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        chosen = set(TRUSTED_MODELS) if values == "both" else {values}
+        setattr(namespace, self.dest, frozenset(getattr(namespace, self.dest) or ()) | chosen)
+
+
+def trusts(args: argparse.Namespace, model: str) -> bool:
+    """Whether --trust-remote-code lets `model` ("model" or "reward") run its own code."""
+    return model in (args.trust_remote_code or ())
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """Each option's default after its help, once: not when there is none to show (None, False,
     an empty list) or when the help already names it."""
@@ -134,7 +158,18 @@ def build_parser() -> argparse.ArgumentParser:
                               "matmul (AVX512-BF16/AMX), else float32 (reward models stay float32 on CPU)")
     runtime.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     runtime.add_argument("--reward-batch-size", type=int, default=16, help="responses per reward-model forward pass")
-    runtime.add_argument("--trust-remote-code", action="store_true", help="allow models with custom code (e.g. ArmoRM)")
+    runtime.add_argument("--trust-remote-code", action=_TrustRemoteCode, metavar="{model,reward,both}",
+                         help="run the code a model ships in its repository (auto_map): 'model' for the generator "
+                              "(score-prefixes loads only its tokenizer), 'reward' for the reward model, 'both'; "
+                              "repeatable. Bare, it means both: give only the model that needs it, e.g. "
+                              "--trust-remote-code reward for ArmoRM")
+    for model, option in (("model", "--model"), ("reward", "--reward")):
+        runtime.add_argument(f"--{model}-revision", metavar="REV",
+                             help=f"the branch, tag or commit of the Hugging Face hub id {option} names, which "
+                                  "its tokenizer, config, weights and code load from (a commit hash pins them); "
+                                  f"generate records it in each record (params.{model}_revision, an output "
+                                  "setting: a resume at another revision is refused); refused for a local path, "
+                                  ".gguf file or named model")
     runtime.add_argument("--no-progress", action="store_true", help="no progress bar")
     runtime.add_argument("--threads", type=_threads, metavar="N",
                          help="CPU threads torch runs on (default: OMP_NUM_THREADS if set, else 1, which keeps its "
@@ -224,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     prefixes.add_argument("--out", required=True, metavar="PREFIX.parquet")
     prefixes.add_argument("--model",
                           help="the generator whose tokenizer decodes the prefixes (only its tokenizer is loaded; "
-                               "not needed for logprob); default: the records' params.model")
+                               "not needed for logprob); default: the records' params.model, at their "
+                               "params.model_revision unless --model-revision is given")
 
     summary = commands.add_parser("summary", help="print each prompt's chosen response, score and cost",
                                   description="For each prompt of a JSONL run: its score and cost, the prompt "

@@ -42,15 +42,15 @@ every op: a different sample of the same distribution (docs/results.md, "The dec
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from ..models.cache import cache_dir, entry_lock
 from . import static_attention
-from .graph_cache import artifact_dir, inductor_cache_dir
+from .graph_cache import artifact_dir, make_private_dir, refuse_untrusted, use_inductor_cache
 from .linear import PACKED_MAX_ROWS, PackedWeight
 from .static_attention import attend_kernel, attend_static
 
@@ -213,6 +213,10 @@ class CompiledDecode:
     def __init__(self, forward):
         import torch._dynamo
 
+        # both code caches checked first: a refusal stops the run before its first prompt, with nothing changed
+        self.artifacts, self.cache = artifact_dir(forward), cache_dir()
+        refuse_untrusted(self.artifacts, self.cache, "SPECREJ_CACHE")
+        use_inductor_cache()
         self.forward_pass = forward
         # one graph per row range, each row count, prompt and cache length on it (dynamic)
         torch._dynamo.config.automatic_dynamic_shapes = False
@@ -220,7 +224,6 @@ class CompiledDecode:
         # sizes equal at the first call (the span attention reads and the prompt's length, say) stay
         # two symbols: duck shapes would merge them, and a later call where they differ recompile
         torch.fx.experimental._config.use_duck_shape = False
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache_dir()
         # built at first use: a subclass (Gemma 3) finishes setting up after LlamaForward.__init__ made this
         self.module = None
         self.samplers: dict[bool, StaticSampler] = {}  # tempered or not (StaticSampler)
@@ -267,12 +270,10 @@ class CompiledDecode:
         """`name`'s artifact loaded, else compiled and saved. Concurrent jobs of a study that need
         the same graph wait for the one compiling it (`<artifact>.lock`) and load what it saved;
         where the cache cannot hold the lock, each compiles its own."""
-        from ..models.cache import entry_lock
-
-        path = artifact_dir(self.forward_pass) / f"{name}.bin"
+        path = self.artifacts / f"{name}.bin"
         with contextlib.ExitStack() as held:
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                make_private_dir(self.artifacts, self.cache)
                 held.enter_context(entry_lock(path, f"the compiled graph {name}"))
             except OSError:
                 pass  # a cache it cannot write: this process compiles its own (and says so when saving)

@@ -1,6 +1,10 @@
 """Where the compiled decode graphs are kept (`compiled.py`): each model architecture's artifacts
 under $SPECREJ_CACHE/compiled/<key>, keyed on what the generated code depends on, and inductor's
-own cache under $SPECREJ_CACHE/inductor."""
+own cache (its graphs and the attention kernel it builds) under $SPECREJ_CACHE/inductor.
+
+Both hold code this process runs (torch's pickle-based loader, shared objects), so they are used
+only where this user alone can change them (`refuse_untrusted`) and are made owner-only; the
+weights beside them in $SPECREJ_CACHE are data and may be shared (`models/cache.py`)."""
 
 from __future__ import annotations
 
@@ -9,26 +13,103 @@ import hashlib
 import json
 import os
 import platform
+import pwd
+import stat
 from pathlib import Path
 
 import torch
 
+from ..errors import SpecrejError
 from .linear import PACKED_MAX_ROWS
 
 
-def inductor_cache_dir() -> str:
-    """Where inductor keeps its compiled graphs: $TORCHINDUCTOR_CACHE_DIR if the user set it, else
-    $SPECREJ_CACHE/inductor, so a study's jobs share one cache (compiled once per machine). Torch
-    writes its default (a folder in /tmp) into the variable once anything asks for it, so that
-    value counts as unset."""
+def use_inductor_cache() -> str:
+    """Point inductor at its cache (`inductor_cache_dir`), refused unless this user alone can
+    change it (`refuse_untrusted`) and made owner-only; returns it. Called before inductor
+    compiles or loads anything."""
+    directory, top, setting = inductor_cache_dir()
+    refuse_untrusted(directory, top, setting)
+    try:
+        make_private_dir(directory, top)
+    except OSError as error:
+        raise SpecrejError(f"cannot write the compiled-code cache {directory} ({error.strerror}): "
+                           f"set {setting} to a writable folder of your own") from error
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
+    return str(directory)
+
+
+def inductor_cache_dir() -> tuple[Path, Path, str]:
+    """Where inductor keeps its compiled graphs and built kernels, the folder above it that
+    `refuse_untrusted` checks from, and the variable that chose it: $TORCHINDUCTOR_CACHE_DIR if the
+    user set it, else $SPECREJ_CACHE/inductor, so a study's jobs share one cache (compiled once per
+    machine). Torch writes its default (a folder in /tmp) into the variable once anything asks for
+    it, and `use_inductor_cache` writes specrej's, so neither value counts as the user's."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     from ..models.cache import cache_dir
 
+    ours = cache_dir() / "inductor"
     chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if chosen and os.path.abspath(chosen) != os.path.abspath(default_cache_dir()):
-        return chosen
-    return str(cache_dir() / "inductor")
+    if chosen and os.path.abspath(chosen) not in (os.path.abspath(default_cache_dir()), os.path.abspath(ours)):
+        chosen_dir = Path(os.path.abspath(chosen))
+        return chosen_dir, chosen_dir.parent, "TORCHINDUCTOR_CACHE_DIR"
+    return ours, cache_dir(), "SPECREJ_CACHE"
+
+
+def refuse_untrusted(directory: Path, top: Path, setting: str) -> None:
+    """Raise SpecrejError unless only this user (or root) can change the code in `directory`:
+    each folder from `top` (the folder `setting` names, or the one above it) down to `directory`
+    must be this user's or root's and writable by neither their group nor others, or whoever can
+    write there would run code in every process that loads it. `top` may be writable by others
+    where it is sticky (as /tmp is: no one renames a folder another put there). What is directly
+    in `directory` is held to the same rule unless `directory` is owner-only, as `make_private_dir`
+    makes it: then no one else reaches inside, whatever the umask gave what torch wrote there.
+    Deeper folders are not walked. What does not exist yet is skipped."""
+    for path in _folders_from(top, directory):
+        _refuse_if_others_can_change(path, setting, sticky_allowed=path == top)
+    if directory.is_dir() and directory.stat().st_mode & 0o077:
+        for path in sorted(directory.iterdir()):
+            _refuse_if_others_can_change(path, setting, sticky_allowed=False)
+
+
+def make_private_dir(directory: Path, top: Path) -> None:
+    """`directory` and the folders between it and `top` made where missing, owner-only (0700), and
+    `top` itself, if missing, writable by its owner alone whatever the umask (0755 at most)."""
+    top.mkdir(mode=0o755, parents=True, exist_ok=True)
+    for path in _folders_from(top, directory)[1:]:
+        path.mkdir(mode=0o700, exist_ok=True)
+
+
+def _folders_from(top: Path, directory: Path) -> list[Path]:
+    """`top`, then each folder below it down to `directory` (a folder inside `top`)."""
+    depth = len(directory.relative_to(top).parts)
+    return [top, *reversed(directory.parents[:depth - 1]), directory]
+
+
+def _refuse_if_others_can_change(path: Path, setting: str, sticky_allowed: bool) -> None:
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        return
+    writable_by = [who for who, bit in (("its group", stat.S_IWGRP), ("others", stat.S_IWOTH)) if status.st_mode & bit]
+    if sticky_allowed and status.st_mode & stat.S_ISVTX:
+        writable_by = []
+    if status.st_uid not in (os.getuid(), 0):
+        problem, fix = f"it belongs to {_user_name(status.st_uid)}", f"set {setting} to a folder of your own"
+    elif writable_by:
+        problem = f"it is writable by {' and '.join(writable_by)}"
+        fix = f"run `chmod -R go-w {path}`, or set {setting} to a folder of your own"
+    else:
+        return
+    raise SpecrejError(f"refusing to load compiled code from {path}: {problem}, and whoever can write there "
+                       f"runs code in this process; {fix}")
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name}"
+    except KeyError:
+        return f"user id {uid}"
 
 
 def artifact_dir(forward) -> Path:

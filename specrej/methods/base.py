@@ -1,11 +1,12 @@
 """What a decoding method declares: its name, its parameters (type, default, range), how its
 settings are named and shown, and its `run`, which holds the algorithm for one prompt:
 
-    run(session: Session, params: Params) -> dict   # the method's own record params
+    run(session: MethodSession, params: Params) -> dict   # the method's own record params
 
 `Method.check` turns given values (CLI, API or config alike) into the one typed `Params` value,
 before any model loads, so a bad value fails with one message naming the option. The `Session`
 (methods/session.py) does the book-keeping; torch-free here, so the workflow can read declarations.
+What a method may use is the versioned surface of docs/methods.md ("The method surface").
 """
 
 from __future__ import annotations
@@ -14,20 +15,30 @@ import hashlib
 import json
 import math
 import numbers
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import SpecrejError, shown
 
+if TYPE_CHECKING:
+    from .surface import MethodSession
+
 TYPES = ("int", "float", "str", "bool", "ints", "path")
+# the most rows (responses, a batch) a method's count parameter may ask for: its declared `high`
+MAX_ROWS = 2**20
+# what a method's name (and `record_method`) may be: it names the workflow's output folders and files
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
 @dataclass(frozen=True)
 class Param:
     """One parameter of a method. `type` is one of TYPES ("ints": a list of integers; "path": a
     file, which the settings digest reads by content). `low`/`high` bound numbers (and every
-    item of "ints"), inclusive unless `low_open`/`high_open`; `choices` lists the allowed
+    item of "ints"), inclusive unless `low_open`/`high_open` (an integer out of range is told the
+    bound it broke, ">= 1" or "<= 1048576"; a number, the whole range); `choices` lists the allowed
     strings. `default` None with `required` False means "not set" (the method decides).
     `flag` is how a message names it: the CLI option that sets it (default --param NAME)."""
 
@@ -59,11 +70,17 @@ class Param:
             return ""
         left = "(" if self.low_open else "["
         right = ")" if self.high_open else "]"
-        low = "-inf" if self.low is None else f"{self.low:g}"
-        high = "inf" if self.high is None else f"{self.high:g}"
+        low = "-inf" if self.low is None else _bound(self.low)
+        high = "inf" if self.high is None else _bound(self.high)
         if self.high is None and not self.low_open:
             return f">= {low}"
         return f"in {left}{low}, {high}{right}"
+
+    def _side(self, upper: bool) -> str:
+        """One bound as a message names it: ">= 1", "<= 1048576" ("<", ">" when it is open)."""
+        if upper:
+            return f"{'<' if self.high_open else '<='} {_bound(self.high)}"
+        return f"{'>' if self.low_open else '>='} {_bound(self.low)}"
 
     def parse(self, text: str):
         """A value from command-line text (--param NAME=TEXT), checked by `check` afterwards."""
@@ -120,11 +137,13 @@ class Param:
         kind = "an integer" if integral else "a number"
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or (
                 integral and not isinstance(value, numbers.Integral)):
-            bounds = f" {self.range_text()}" if self.range_text() else ""
-            raise SpecrejError(f"{self.option} must be {kind}{bounds}, got {shown(value)}")
-        if not math.isfinite(value) or (self.low is not None and (value < self.low or (self.low_open and value == self.low))) \
-                or (self.high is not None and (value > self.high or (self.high_open and value == self.high))):
-            raise SpecrejError(f"{self.option} must be {self.range_text() or 'finite'}, got {shown(value)}")
+            bounds = self._side(upper=False) if integral and self.low is not None else self.range_text()
+            raise SpecrejError(f"{self.option} must be {kind}{' ' if bounds else ''}{bounds}, got {shown(value)}")
+        above = self.high is not None and (value > self.high or (self.high_open and value == self.high))
+        if not math.isfinite(value) or above or (
+                self.low is not None and (value < self.low or (self.low_open and value == self.low))):
+            bound = self._side(upper=above) if integral else self.range_text() or "finite"
+            raise SpecrejError(f"{self.option} must be {bound}, got {shown(value)}")
         return int(value) if integral else float(value)
 
     def describe(self) -> dict:
@@ -183,19 +202,25 @@ class Display:
 class Method:
     """A decoding method behind one interface (see the module docstring).
 
+    `name` (and `record_method`) name the workflow's output folders, so each is lowercase letters,
+    digits, "-" and "_" (`NAME`); another is refused where the method is declared.
+    `run(session, params) -> dict`: the algorithm on one prompt (`surface.MethodSession`, the
+    checked `Params`); the dict it returns (JSON values: the setting as it ran) starts the record's params.
     `label(params)` names a setting in tables and legends ("SR α=0.5"). `batch_param` names the
     parameter that holds the batch size: on out-of-memory the prompt is retried with half the
     batch that failed there. `record_method` is the record's top-level `method` (default: the
     name); the methods of one family may share it, as the SR cut rules share "sr".
     `setting_keys` name a setting in file names (workflow run files); `step_seconds` is the
     workflow's time estimate per prompt and decode step at the study's sizes. `requires` checks
-    what the parameters must satisfy together (e.g. n_init <= n), with the others, before any model loads.
+    what the parameters must satisfy together (e.g. n_init <= n), with the others, before any model
+    loads: `requires(values) -> str | None` gets every parameter's checked value by name (None: not
+    set) and returns None when they fit together, else the one-line message the user sees.
     """
 
     name: str
     description: str
     params: tuple[Param, ...]
-    run: Callable
+    run: Callable[[MethodSession, Params], dict]
     label: Callable[[Mapping], str]
     display: Display | None = None
     batch_param: str | None = None
@@ -204,6 +229,12 @@ class Method:
     step_seconds: float | None = None
     # what the parameters must satisfy together: a message when they do not (None: they do)
     requires: Callable[[Mapping], str | None] | None = None
+
+    def __post_init__(self):
+        for key, value in (("name", self.name), ("record_method", self.record_method)):
+            if (value is not None or key == "name") and not (isinstance(value, str) and NAME.fullmatch(value)):
+                raise SpecrejError(f"a method's {key} must be lowercase letters, digits, '-' and '_' (at most 64, "
+                                   f"starting with a letter or digit: it names output folders), got {shown(value)}")
 
     def param(self, name: str) -> Param:
         for param in self.params:
@@ -253,6 +284,11 @@ class Method:
         return "p" + settings_digest(dict(params))[:10]
 
 
+def _bound(value: float) -> str:
+    """A bound as a message shows it: 1048576, not 1.04858e+06; 0.5."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 2**53 else f"{value:g}"
+
+
 def _file_key(key: str) -> str:
     """A key as it starts a setting's file name: itself (alpha0.5), or with "_" after a key
     that ends in a digit, whose value would otherwise run into it (t1_8, not t18)."""
@@ -260,7 +296,12 @@ def _file_key(key: str) -> str:
 
 
 def _file_value(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    """A value as a setting's file name holds it: a float as short as it reads back exactly (0.5,
+    not 0.500000; 0.1234567, which six digits would merge with 0.1234568)."""
+    if not isinstance(value, float):
+        return str(value)
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 def canonical(value) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import Display, Method, Param
+from .base import MAX_ROWS, Display, Method, Param
 from .registry import register
 
 if TYPE_CHECKING:  # torch-free at import: the workflow reads the declaration
@@ -27,8 +27,8 @@ BEST_OF_N = register(Method(
     name="bon",
     description="Best-of-N",
     params=(
-        Param("n", "int", required=True, low=1, flag="--n", help="the number of responses, >= 1"),
-        Param("batch_size", "int", low=1, flag="--batch-size",
+        Param("n", "int", required=True, low=1, high=MAX_ROWS, flag="--n", help="the number of responses, >= 1"),
+        Param("batch_size", "int", low=1, high=MAX_ROWS, flag="--batch-size",
               help="responses per batch (default: the largest that fits the memory budget)"),
     ),
     run=best_of_n,

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import SpecrejError
-from .base import Display, Method, Param
+from .base import MAX_ROWS, Display, Method, Param
 from .registry import register
 from .surface import Round
 
@@ -182,8 +182,9 @@ DEEPCONF = register(Method(
     name="deepconf",
     description="DeepConf online: early stop on the generator's group confidence",
     params=(
-        Param("n", "int", required=True, low=1, flag="--n", help="traces in all (warm-up and later), >= 1"),
-        Param("n_init", "int", default=16, low=1,
+        Param("n", "int", required=True, low=1, high=MAX_ROWS, flag="--n",
+              help="traces in all (warm-up and later), >= 1"),
+        Param("n_init", "int", default=16, low=1, high=MAX_ROWS,
               help="warm-up traces that set the threshold (the paper's 16), at most n"),
         Param("window", "int", default=16, low=1,
               help="tokens per group confidence (the paper's 2048 is for traces of thousands of tokens; "
@@ -194,7 +195,7 @@ DEEPCONF = register(Method(
                    "(the official default)"),
         Param("select", "str", default="reward", choices=("reward", "confidence"),
               help="the answer: the reward model's best completed trace, or the highest lowest group confidence"),
-        Param("batch_size", "int", low=1, flag="--batch-size",
+        Param("batch_size", "int", low=1, high=MAX_ROWS, flag="--batch-size",
               help="traces per batch (default: the largest that fits the memory budget)"),
     ),
     run=deepconf,

@@ -55,7 +55,7 @@ import numpy as np
 from scipy import integrate, optimize
 
 from ..errors import SpecrejError
-from .base import Display, Method, Param
+from .base import MAX_ROWS, Display, Method, Param
 from .registry import register
 from .surface import Round
 
@@ -241,18 +241,18 @@ PANDORA = register(Method(
     name="pandora",
     description="Pandora's-box Best-of-N: optimal stopping over whole samples",
     params=(
-        Param("n", "int", required=True, low=1, flag="--n", help="the most responses, N, >= 1"),
+        Param("n", "int", required=True, low=1, high=MAX_ROWS, flag="--n", help="the most responses, N, >= 1"),
         Param("cost", "float", required=True, low=0, low_open=True,
               help="the cost of a response in win-rate units (the paper sweeps 6e-5 to 8e-3)"),
         Param("delta", "float", default=0.05, low=0, high=1, low_open=True, high_open=True,
               help="the confidence level of the estimate of the best (the official 0.05)"),
-        Param("min_open", "int", default=20, low=2,
+        Param("min_open", "int", default=20, low=2, high=MAX_ROWS,
               help="responses opened before the rule applies (the official 20), at most n"),
         Param("divide", "float", default=5.0, low=0, low_open=True,
               help="the best is estimated for N / divide draws (the official cost experiment's 5)"),
         Param("reward_scale", "float", default=1.0, low=0, low_open=True,
               help="strengths are exp(reward / reward_scale); 1 for reward-model logits (the paper)"),
-        Param("round_size", "int", low=1,
+        Param("round_size", "int", low=1, high=MAX_ROWS,
               help="responses per round (default: the largest batch the memory budget holds, at most n)"),
     ),
     run=pandora_best_of_n,

@@ -1,12 +1,13 @@
 """One prompt through a method: `run_method` runs it in a `session.Session`, with the memory
 measurement around it and out-of-memory retries with half the batch; `flop_shapes` gives the
-session the shapes its FLOP count needs."""
+session the shapes its FLOP count needs; `call_run` holds a method to what its `run` must do."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -20,6 +21,7 @@ from ..records import flops
 from ..records.result import Result
 from ..rewards.reward import Reward
 from .session import BatchOutOfMemory, FlopShapes, Session
+from .surface import REMOVED, replaced
 
 
 def flop_shapes(engine, reward: Reward) -> FlopShapes | None:
@@ -44,14 +46,15 @@ def measure_memory_default(device: torch.device) -> bool:
 
 def run_method(method, params, engine, reward: Reward, prompt: str, *, sampling: SamplingParams = SamplingParams(),
                seed: int = 0, memory_budget: int | None = None, measure_memory: bool | None = None,
-               shapes: FlopShapes | None = None, run_params: Mapping = MappingProxyType({})) -> Result:
+               shapes: FlopShapes | None = None, run_params: Mapping = MappingProxyType({}),
+               prompt_id: int | str | None = None) -> Result:
     """`method` (a `Method`) with its checked `params` on one prompt. Out of memory (CUDA, or the
     host) in a batch of the method's `batch_param` (Best-of-N: the same n in more batches; SR: half
     the initial batch), the prompt runs again from the start with half that batch, until a batch of
     one fails too; `Result.retries` counts the retries and the batch that succeeded is in its
     params. Responses are never cut short to make room. `measure_memory`: see
     `measure_memory_default` (None: that default); `run_params`: the run's part of the result's
-    params (`record_params`)."""
+    params (`record_params`); `prompt_id`: the prompt's id in its file, as the session gives it."""
     if measure_memory is None:
         measure_memory = measure_memory_default(engine.device)
     retries = 0
@@ -59,8 +62,8 @@ def run_method(method, params, engine, reward: Reward, prompt: str, *, sampling:
         try:
             meter = PeakMemory(engine.device) if measure_memory else None
             with meter or contextlib.nullcontext():
-                session = Session(engine, reward, prompt, sampling, seed, memory_budget, shapes)
-                recorded = method.run(session, params)
+                session = Session(engine, reward, prompt, sampling, seed, memory_budget, shapes, prompt_id)
+                recorded = call_run(method, session, params)
                 result = session.finish(method.record_method or method.name, recorded, run_params)
             result.measured_peak_bytes = meter.peak_bytes if meter else None
             result.retries = retries
@@ -78,3 +81,28 @@ def run_method(method, params, engine, reward: Reward, prompt: str, *, sampling:
         retries += 1
         warnings.warn(f"out of memory with a batch of {failure.rows} ({failure.detail}); retrying the prompt with "
                       f"{failure.rows // 2}", stacklevel=2)
+
+
+# Round's own TypeError for a field that 0.1.0 had: its keyword, or the nine positional fields
+_OLD_ROUND = re.compile(r"Round\.__init__\(\) (?:got an unexpected keyword argument '(\w+)'"
+                        r"|takes from \d+ to \d+ positional arguments but \d+ were given)")
+_OLD_ROUND_POSITIONAL = next(name for name in REMOVED if name.startswith("Round(decision_token"))
+
+
+def call_run(method, session: Session, params) -> Mapping:
+    """`method.run(session, params)`, held to the surface's contract: it returns a mapping (the
+    method's part of the record's params), else one line saying so; a `Round` made with a field
+    that an earlier specrej had fails with one line naming what replaced it (`surface.REMOVED`)."""
+    try:
+        recorded = method.run(session, params)
+    except TypeError as error:
+        old = _OLD_ROUND.fullmatch(str(error))
+        if old is None or (old[1] and f"Round({old[1]}=...)" not in REMOVED):
+            raise
+        spelling = f"Round({old[1]}=...)" if old[1] else _OLD_ROUND_POSITIONAL
+        raise TypeError(replaced(spelling)) from error
+    if not isinstance(recorded, Mapping):
+        got = "None" if recorded is None else type(recorded).__name__
+        raise TypeError(f"method {method.name}'s run must return a dict (its setting as it ran, which the record's "
+                        f"params hold), got {got}")
+    return recorded

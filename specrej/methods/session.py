@@ -24,6 +24,7 @@ from ..errors import SpecrejError
 from ..records import flops
 from ..records.result import Candidate, Result, Round
 from ..rewards.reward import Response, Reward, finite_scores
+from .surface import refused, refuses
 
 
 class BatchOutOfMemory(Exception):
@@ -78,6 +79,8 @@ class RolloutBatch:
     def __init__(self, rollout: Rollout):
         self.rollout = rollout
 
+    collect_layer_states = refused("rollout.collect_layer_states = False")  # the Rollout a method held in 0.1.0
+
     @property
     def length(self) -> int:
         return self.rollout.length
@@ -126,13 +129,15 @@ class Session:
 
     @_typed_out_of_memory
     def __init__(self, engine, reward: Reward, prompt: str, sampling: SamplingParams, seed: int,
-                 memory_budget: int | None = None, shapes: FlopShapes | None = None):
+                 memory_budget: int | None = None, shapes: FlopShapes | None = None,
+                 prompt_id: int | str | None = None):
         self.first_batch: int | None = None  # rows of the first batch started (BatchOutOfMemory.rows)
         if not prompt.strip():
             raise SpecrejError("empty prompt")
         self.started = time.perf_counter()
         self.clock = WorkClock(engine.device)  # wall seconds of the generate and score parts; the run's compute
         self.engine, self.reward, self.prompt, self.sampling, self.seed = engine, reward, prompt, sampling, seed
+        self.prompt_id = prompt_id
         self.shapes = shapes
         self.prompt_ids = engine.encode_prompt(prompt)
         engine.check_fits(len(self.prompt_ids), sampling.max_new_tokens)
@@ -152,6 +157,8 @@ class Session:
         self.extra_bytes = 0  # memory a method holds beside the KV budget (`reserve`)
         self.scored_lengths: list[int] = []  # response tokens of every response given to the reward
         self.warned_nonfinite = False
+
+    has_room = refused("session.has_room(rollout)")  # removed in 0.2.0: one line naming its replacement
 
     @property
     def capacity(self) -> int:
@@ -248,6 +255,8 @@ class Session:
         self._update(rollout.partial_outputs(), complete=False)
         return [self.candidates[i] for i in rollout.candidate_ids.tolist()]
 
+    @refuses("session.halt(rollout, candidates, round_index)",  # 0.1.0's call: a batch first, three arguments
+             lambda *args, **kwargs: len(args) + len(kwargs) > 2 or bool(args) and isinstance(args[0], RolloutBatch))
     def halt(self, candidates: Iterable[Candidate], round_index: int) -> None:
         """Halt these candidates by decision `round_index`: a live row leaves its batch now (its KV
         row is freed by compaction; its response so far is kept), a complete response leaves the

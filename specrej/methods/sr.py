@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import SpecrejError
-from .base import Display, Method, Param
+from .base import MAX_ROWS, Display, Method, Param
 from .cuts import DEFAULT_MAX_INIT_BATCH, AlphaCut, Cut
 from .registry import register
 from .surface import Candidate, Round
@@ -77,11 +77,11 @@ def memory_guard(going_on: Sequence[Candidate], priority: dict[int, float], room
 def schedule_params() -> tuple[Param, ...]:
     """The parameters of SR's schedule, shared by every method that runs it."""
     return (
-        Param("batch_size", "int", low=1, flag="--batch-size",
+        Param("batch_size", "int", low=1, high=MAX_ROWS, flag="--batch-size",
               help="the initial batch b_init (default: as many rows as fit min_tokens tokens each)"),
         Param("min_tokens", "int", default=8, low=1, flag="--min-tokens",
               help="tokens generated before the first rejection"),
-        Param("max_init_batch", "int", default=DEFAULT_MAX_INIT_BATCH, low=1, flag="--max-init-batch",
+        Param("max_init_batch", "int", default=DEFAULT_MAX_INIT_BATCH, low=1, high=MAX_ROWS, flag="--max-init-batch",
               help="cap on the default b_init (the official code's 1000)"),
         Param("decision_tokens", "ints", default=(), low=1, flag="--decision-tokens",
               help="extra decision tokens at fixed lengths, e.g. 16,32,64"),

@@ -34,7 +34,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import SpecrejError
-from .base import Display, Method, Param
+from .base import MAX_ROWS, Display, Method, Param
 from .registry import register
 from .surface import Candidate, Round
 
@@ -198,7 +198,8 @@ ST_BON = register(Method(
     name="st-bon",
     description="ST-BoN, self-truncation Best-of-N without a reward",
     params=(
-        Param("n", "int", required=True, low=1, flag="--n", help="the number of responses sampled together, >= 1"),
+        Param("n", "int", required=True, low=1, high=MAX_ROWS, flag="--n",
+              help="the number of responses sampled together, >= 1"),
         Param("tau_coeff", "float", default=1.0, low=0,
               help="tau = max(1, int(tau_coeff * c)) voting steps after c (the official code's 1.0)"),
         Param("when_full", "str", default="vote", choices=("vote", "fail"),

@@ -3,11 +3,16 @@ gets it), `Batch` (rows sampling together, as `MethodSession.start` returns them
 records a method reads and writes, `Candidate` (a response) and `Round` (a decision). A method
 uses nothing else of the project's run; `session.Session` implements this surface, and the
 built-in methods import only from `specrej.methods` (tests/test_layout.py checks it).
-Torch-free at import: the tensors named below are torch's."""
+Torch-free at import: the tensors named below are torch's.
+
+The surface is versioned with specrej (docs/methods.md, "The method surface"): a change to it
+bumps the version and has a line in CHANGELOG.md, and each name it removed is in `REMOVED`, so
+that a method written against an older version fails with one line naming what replaced it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ..records.result import Candidate, Round
@@ -18,6 +23,50 @@ if TYPE_CHECKING:
     from ..engine.sampling import SamplingParams
 
 __all__ = ["Batch", "Candidate", "MethodSession", "Round"]
+
+# Each spelling the surface removed -> (the version that removed it, what replaced it). `replaced`
+# makes it one line; the session raises that line where an old spelling is used, and
+# `prompt_run.call_run` rewrites Round's own TypeError for the old fields into it.
+REMOVED: dict[str, tuple[str, str]] = {
+    **{f"Round({name}=...)": ("0.2.0", f"Round(..., rule={{{name!r}: ...}})")
+       for name in ("kept", "accepted", "cutoff", "memory_guard_halted")},
+    "Round(decision_token, batch_before, batch_after, ranked, kept, accepted, cutoff, memory_guard_halted, rule)":
+        ("0.2.0", "Round(decision_token, batch_before, batch_after, ranked=0, rule={...})"),
+    "session.halt(rollout, candidates, round_index)": ("0.2.0", "session.halt(candidates, round_index)"),
+    "session.has_room(rollout)": ("0.2.0", "session.make_room(batch)"),
+    "rollout.collect_layer_states = False": ("0.2.0", "session.stop_layer_states(batch)"),
+}
+
+
+def replaced(old: str) -> str:
+    """The one line for a removed spelling `old` (a key of `REMOVED`): what replaced it, and since when."""
+    version, new = REMOVED[old]
+    return f"{old} was replaced by {new} in specrej {version} (CHANGELOG.md)"
+
+
+def refused(old: str) -> property:
+    """A removed member of a class: reading or setting it raises `replaced(old)` (an AttributeError)."""
+
+    def refuse(self, *value):
+        raise AttributeError(replaced(old))
+
+    return property(refuse, refuse, doc=f"Removed: {replaced(old)}.")
+
+
+def refuses(old: str, called_so: Callable[..., bool]):
+    """A decorator for a session's call that raises `replaced(old)` (a TypeError) when its arguments
+    are the old call's (`called_so(*args, **kwargs)`); the call keeps its own signature."""
+
+    def wrap(call):
+        @functools.wraps(call)
+        def checked(self, *args, **kwargs):
+            if called_so(*args, **kwargs):
+                raise TypeError(replaced(old))
+            return call(self, *args, **kwargs)
+
+        return checked
+
+    return wrap
 
 
 class Batch(Protocol):
@@ -63,6 +112,7 @@ class MethodSession(Protocol):
 
     # -- what the run is under --------------------------------------------------------------
     prompt: str  # the prompt's text
+    prompt_id: int | str | None  # its id in the prompts file (None: a prompt run alone, `run_one`)
     prompt_ids: list[int]  # its token ids, rendered as the generator reads it
     sampling: SamplingParams  # temperature, top-p, top-k, max_new_tokens
     seed: int  # the prompt's seed: draw the method's own randomness from it

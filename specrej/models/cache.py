@@ -2,11 +2,12 @@
 each entry is built once, by one process, however many start at once.
 
 An entry is a directory under `cache_dir()`. Its builder writes into a temporary directory of
-its own beside it and renames that onto the entry when complete, so an entry that exists is
-whole. Builders of one entry take turns through an exclusive `flock` on `<entry>.lock`: the
-kernel releases it when its holder dies (killed, out of memory, node lost), so a stale lock
-never blocks, and the next holder removes what a dead builder left half-written. A process
-that finds another one building waits, says so in one line, and then uses that entry.
+its own beside it, flushes it to disk and renames that onto the entry when complete, so an entry
+that exists is whole, after a crash too. Builders of one entry take turns through an exclusive
+`flock` on `<entry>.lock`: the kernel releases it when its holder dies (killed, out of memory,
+node lost), so a stale lock never blocks, and the next holder removes what a dead builder left
+half-written. A process that finds another one building waits, says so in one line, and then
+uses that entry.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ def build_once(entry: Path, build: Callable[[Path], None], what: str) -> Path:
     if is_complete(entry):
         return entry
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
+        # writable by its owner alone whatever the umask: the compiled code kept beside the models
+        # is refused in a cache others can write (engine/graph_cache.py)
+        entry.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         with entry_lock(entry, what):
             if is_complete(entry):  # built by the process we waited for
                 return entry
@@ -56,13 +59,31 @@ def build_once(entry: Path, build: Callable[[Path], None], what: str) -> Path:
                 os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would hide a shared cache from the group
                 if entry.exists():  # an entry left incomplete
                     shutil.rmtree(entry)
+                _fsync_tree(tmp)  # else a crash soon after the rename could leave the entry's files empty
                 os.rename(tmp, entry)
+                _fsync(entry.parent)  # the rename itself
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
     except OSError as error:
         raise SpecrejError(_os_error_message(error, entry, what)) from error
     return entry
+
+
+def _fsync_tree(root: Path) -> None:
+    """Every file and folder under `root`, and `root`, written through to the disk."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            _fsync(Path(folder) / name)
+        _fsync(Path(folder))
+
+
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _umask() -> int:

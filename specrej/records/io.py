@@ -93,8 +93,7 @@ def _complete_records(path: Path) -> tuple[list[bytes], list[dict], int]:
 
 def _not_a_record(path: Path, number: int, line: bytes, before: list[dict]) -> str:
     """The one line refusing a file with a line that is not a specrej record, left as it is."""
-    shown = line.decode("utf-8", "replace").strip()
-    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    shown = _excerpt(line.decode("utf-8", "replace"), 40)
     if not before:
         return (f"{path} is not a specrej run file (line {number} is not a record: {shown!r}); "
                 "it was left as it is: choose another --out")
@@ -161,8 +160,32 @@ def _refuse_changed(path, previous: dict, settings: dict, keys: list[str]) -> No
     if changed:
         key = changed[0]
         more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
-        raise SpecrejError(f"{path} holds results made with other settings ({key}: {previous.get(key)!r} there, "
-                           f"{settings.get(key)!r} now{more}); use another --out or delete it")
+        raise SpecrejError(f"{path} holds results made with other settings ({key}: {_shown_setting(key, previous)} "
+                           f"there, {_shown_setting(key, settings)} now{more}); use another --out or delete it")
+
+
+def _shown_setting(key: str, settings: dict) -> str:
+    """A setting's value as a refusal shows it (`compiled`, present only for a compiled step: which step)."""
+    if key == "compiled":
+        return "the compiled step" if settings.get(key) else "the eager step"
+    return repr(settings.get(key))
+
+
+def _refuse_changed_prompts(path, records: list[dict], prompts: Iterable) -> None:
+    """The prompts of a resume: SpecrejError naming the first prompt that `path` holds a record of
+    under the same id but with another text (the prompts file was edited since)."""
+    texts = {json.dumps(record["prompt_id"]): record.get("prompt") for record in records}
+    for item in prompts:
+        before = texts.get(json.dumps(item.prompt_id), item.prompt)
+        if before != item.prompt:
+            raise SpecrejError(f"{path} holds prompt {json.dumps(item.prompt_id)} with another text "
+                               f"({_excerpt(before)!r} there, {_excerpt(item.prompt)!r} now): the prompts changed "
+                               "since it was written; use another --out, or delete it to rerun every prompt")
+
+
+def _excerpt(text, width: int = 30) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _code_changed(path, settings: dict, before: str | None) -> str:
@@ -186,13 +209,15 @@ class RecordWriter:
     only complete lines. `done` and `errors` say which prompts the file holds, and which failed.
 
     `unknown`: settings not known yet (`specrej generate` opens its output before the models
-    load: their dtype and device), compared by `settle` once they are. `retry_failed`: once every
-    setting is checked, the error records are dropped (the file rewritten atomically), so their
-    prompts run again.
+    load: their dtype, device and whether the step is compiled), compared by `settle` once they
+    are. `prompts`: the run's prompts (`records.prompts.PromptItem`), each compared with the
+    record the file holds under its id, so that a prompt whose text changed is refused rather
+    than answered by the old text's record. `retry_failed`: once every setting is checked, the
+    error records are dropped (the file rewritten atomically), so their prompts run again.
     """
 
     def __init__(self, path: str | os.PathLike, settings: dict, retry_failed: bool = False,
-                 unknown: Iterable[str] = ()):
+                 unknown: Iterable[str] = (), prompts: Iterable = ()):
         self.path = Path(path)
         self.settings = dict(settings)
         self.unknown = tuple(unknown)  # the settings `settle` is still to compare
@@ -203,6 +228,7 @@ class RecordWriter:
                 _end_at(self.path, end)
             records = _unique(records, self.path)
             check_resume(self.path, self.settings, records[:1], unknown=self.unknown)
+            _refuse_changed_prompts(self.path, records, prompts)
             self._previous = records[0]["params"]["output_settings"] if records else None
             self.done = {record["prompt_id"] for record in records}
             self.errors = {record["prompt_id"]: record["error"] for record in records if "error" in record}
@@ -215,20 +241,22 @@ class RecordWriter:
 
     def settle(self, known: dict) -> dict:
         """The settings that were unknown when the writer opened, now known (`known`: e.g. the
-        loaded engine's dtype and device), compared with the file's records as the others were
-        (a setting known at opening must agree with its value then); then `retry_failed` applies.
-        Returns every setting, in `plan.output_settings`' order."""
+        loaded engine's `plan.engine_settings`; an unknown setting missing from it is one this run
+        does not have, such as `compiled` for an eager step), compared with the file's records as
+        the others were (a setting known at opening must agree with its value then); then
+        `retry_failed` applies. Returns every setting, in `plan.output_settings`' order."""
         for key, value in known.items():
             if key not in self.unknown and self.settings.get(key) != value:
                 raise ValueError(f"{self.path} was opened for {key}={self.settings.get(key)!r}, not {value!r}")
-        pending = [key for key in self.unknown if key in known]
-        if pending:
-            self.settings.update({key: known[key] for key in pending})
-            if self._previous is not None:  # check_resume compared the others at opening
-                _refuse_changed(self.path, self._previous, self.settings, pending)
-            self.unknown = tuple(key for key in self.unknown if key not in known)
-            if not self.unknown:
-                self._settled()
+        pending, self.unknown = self.unknown, ()
+        for key in pending:
+            if key in known:
+                self.settings[key] = known[key]
+            else:
+                self.settings.pop(key, None)
+        if self._previous is not None:  # check_resume compared the others at opening
+            _refuse_changed(self.path, self._previous, self.settings, list(pending))
+        self._settled()
         return self.settings
 
     def _settled(self) -> None:
@@ -259,8 +287,7 @@ class RecordWriter:
 
 
 def _end_at(path: Path, end: int) -> None:
-    """Drop a killed run's torn tail (what follows `end`), in place, and end the last line with
-    a newline if it lacks one, so that the next record starts a line of its own."""
+    """Drop a killed run's torn tail (after `end`), in place; end the last line with a newline."""
     if path.stat().st_size != end:
         os.truncate(path, end)
     if end:

@@ -66,4 +66,9 @@ def _prompt_item(entry, index: int, path: Path) -> PromptItem:
         raise SpecrejError(f"{path}: entry {index}: the prompt must be a string")
     if entry.get("input"):
         prompt = f"{prompt}\n\n{entry['input']}"
-    return PromptItem(entry.get("prompt_id", entry.get("id", index)), prompt)
+    prompt_id = entry.get("prompt_id", entry.get("id", index))
+    if isinstance(prompt_id, bool) or not isinstance(prompt_id, (int, str)) or prompt_id == "":
+        key = "prompt_id" if "prompt_id" in entry else "id"
+        raise SpecrejError(f"{path}: entry {index}: its {key} must be an integer or a non-empty string, "
+                           f"got {json.dumps(prompt_id)}")
+    return PromptItem(prompt_id, prompt)

@@ -153,27 +153,47 @@ def write_parquet(frame: pd.DataFrame, out: str | os.PathLike) -> None:
         raise
 
 
-def generator_decoder(model: str, trust_remote_code: bool = False) -> Decode:
-    """`decode` for `score_prefixes` from the generator's tokenizer alone (no weights loaded)."""
+def generator_decoder(model: str, trust_remote_code: bool = False, revision: str | None = None) -> Decode:
+    """`decode` for `score_prefixes` from the generator's tokenizer alone (no weights loaded), at
+    the hub `revision` of a hub id."""
     from ..models.loading import load_tokenizer
 
-    tokenizer = load_tokenizer(model, trust_remote_code)
+    tokenizer = load_tokenizer(model, trust_remote_code, revision=revision)
     return lambda token_ids: tokenizer.batch_decode(token_ids, skip_special_tokens=True)
+
+
+def _recorded_generator(records: list[dict], path: Path) -> tuple[str, str | None]:
+    """The generator the records of `path` were made with, and its hub revision (None: not pinned)."""
+    models = {((r.get("params") or {}).get("model"), (r.get("params") or {}).get("model_revision"))
+              for r in records if "error" not in r}
+    if len(models) != 1 or None in {model for model, _ in models}:
+        shown_models = sorted(str(model) + (f"@{revision}" if revision else "") for model, revision in models)
+        raise SpecrejError(f"cannot tell the generator of {path} from its records (models: {shown_models}); "
+                           "pass --model")
+    return models.pop()
 
 
 def score_prefix_file(trajectories: str | os.PathLike, out: str | os.PathLike, *, reward: str,
                       decision_tokens: Iterable[int], model: str | None = None, dtype: str = "auto",
-                      device: str = "auto", trust_remote_code: bool = False, reward_batch_size: int = 16,
+                      device: str = "auto", model_trust_remote_code: bool = False,
+                      reward_trust_remote_code: bool = False, model_revision: str | None = None,
+                      reward_revision: str | None = None, reward_batch_size: int = 16,
                       progress: bool = True) -> pd.DataFrame:
     """`specrej score-prefixes`: read a trajectories JSONL, score its prefixes, write the parquet.
 
-    `model` (the generator, for its tokenizer) defaults to the records' `params.model`; it is
-    loaded only for rewards that score text. Bad input raises SpecrejError before any model loads.
+    `model` (the generator, for its tokenizer) defaults to the records' `params.model`, at their
+    `params.model_revision` unless `model_revision` is given; it is loaded only for rewards that
+    score text. Each model runs its own code only when its `*_trust_remote_code` allows it, and
+    loads at its `*_revision` (hub ids only). Bad input raises SpecrejError before any model loads.
     """
-    from .reward import load_reward
+    from ..models.loading import check_revision
+    from .reward import check_reward_revision, load_reward
 
     taus = check_decision_tokens(decision_tokens)
     check_int(reward_batch_size, "--reward-batch-size", 1)
+    check_reward_revision(reward, reward_revision)
+    if model is not None:
+        check_revision(model, model_revision, "model")
     path = Path(trajectories)
     if not path.is_file():
         raise SpecrejError(f"trajectories file not found: {path}")
@@ -182,17 +202,14 @@ def score_prefix_file(trajectories: str | os.PathLike, out: str | os.PathLike, *
         raise SpecrejError(f"no complete records in {path}")
     if all("error" in r for r in records):
         raise SpecrejError(f"every record of {path} is an error record: nothing to score")
-    scorer = load_reward(reward, dtype=dtype, device=device, trust_remote_code=trust_remote_code,
-                         batch_size=reward_batch_size)
-    decode = None
-    if not isinstance(scorer, LogProbReward):
-        if model is None:
-            models = {(r.get("params") or {}).get("model") for r in records if "error" not in r}
-            if len(models) != 1 or None in models:
-                raise SpecrejError(f"cannot tell the generator of {path} from its records (models: "
-                                   f"{sorted(map(str, models))}); pass --model")
-            model = models.pop()
-        decode = generator_decoder(model, trust_remote_code)
+    scores_text = reward != LogProbReward.name  # only then is the generator's tokenizer needed
+    if scores_text and model is None:
+        model, recorded_revision = _recorded_generator(records, path)
+        model_revision = model_revision if model_revision is not None else recorded_revision
+        check_revision(model, model_revision, "model")
+    scorer = load_reward(reward, dtype=dtype, device=device, trust_remote_code=reward_trust_remote_code,
+                         revision=reward_revision, batch_size=reward_batch_size)
+    decode = generator_decoder(model, model_trust_remote_code, model_revision) if scores_text else None
     frame = score_prefixes(records, scorer, taus, decode, reward_name=reward, progress=progress)
     if frame.empty:
         raise SpecrejError(f"no complete candidates in {path}: nothing to score")

@@ -23,7 +23,7 @@ from typing import Protocol
 import torch
 
 from ..errors import SpecrejError
-from ..models.loading import load_reward_model
+from ..models.loading import check_revision, load_reward_model
 
 
 @dataclass(frozen=True)
@@ -82,13 +82,14 @@ class SequenceClassificationReward:
 
     Each prompt + response is rendered with the reward model's *own* chat template and
     tokenizer, which often differ from the generator's. Custom-code models such as ArmoRM,
-    whose output carries `.score`, load only with trust_remote_code=True.
+    whose output carries `.score`, load only with trust_remote_code=True. `revision`: the hub
+    revision of a hub id, kept as `self.revision` (`api.run_prompts` records it).
     """
 
     def __init__(self, spec: str, *, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
-                 batch_size: int = 16, max_length: int = 4096):
-        self.name = spec
-        self.model, self.tokenizer = load_reward_model(spec, dtype, device, trust_remote_code)
+                 revision: str | None = None, batch_size: int = 16, max_length: int = 4096):
+        self.name, self.revision = spec, revision
+        self.model, self.tokenizer = load_reward_model(spec, dtype, device, trust_remote_code, revision=revision)
         self.batch_size, self.max_length = batch_size, max_length
         if self.tokenizer.pad_token is None:  # batching needs a pad token; EOS is the usual choice
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -125,8 +126,20 @@ class SequenceClassificationReward:
         return scores
 
 
+def check_reward_revision(spec: str, revision: str | None) -> None:
+    """Refuse a `revision` for a reward that is no hub id: logprob, a python: callable, a local
+    reward model (`loading.check_revision`)."""
+    if revision is not None and (spec == "logprob" or spec.startswith("python:")):
+        raise SpecrejError(f"--reward-revision {revision} pins a reward model's Hugging Face hub id, but {spec} is "
+                           "no model: drop --reward-revision")
+    check_revision(spec, revision, "reward")
+
+
 def load_reward(spec: str, *, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
-                batch_size: int = 16) -> Reward:
+                revision: str | None = None, batch_size: int = 16) -> Reward:
+    """The reward `spec` names (the module's docstring lists them). `trust_remote_code` and
+    `revision` apply to a reward model alone (the generator's are `load_engine`'s)."""
+    check_reward_revision(spec, revision)  # before the wrapping below: its message stands alone
     if spec == "logprob":
         return LogProbReward()
     if spec.startswith("python:"):
@@ -138,7 +151,7 @@ def load_reward(spec: str, *, dtype: str = "auto", device: str = "auto", trust_r
         return CallableReward(fn, name=spec)
     try:
         return SequenceClassificationReward(spec, dtype=dtype, device=device, trust_remote_code=trust_remote_code,
-                                            batch_size=batch_size)
+                                            revision=revision, batch_size=batch_size)
     except SpecrejError as error:
         raise SpecrejError(
             f"unknown reward {spec!r}: expected 'logprob', 'python:module:function', or a reward model "

@@ -10,6 +10,7 @@ from analysis.judge_registry import (
     KEY_VARIABLES,
     JudgeUnavailable,
     api_key_present,
+    judge_availability,
     judge_name,
     longest_judge,
     resolve_judge,
@@ -63,3 +64,18 @@ def test_registry_imports_neither_torch_nor_alpaca_eval():
             "print(sorted(m for m in ('torch', 'alpaca_eval') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_judge_availability_names_what_the_judge_lacks(monkeypatch, no_api_key):
+    """The win-rate job's parameter: it changes once a missing piece arrives, so the job reruns."""
+    import importlib.util
+
+    installed = {"alpaca_eval": None}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: installed.get(name, object()))
+    assert judge_availability(None) == "no judge"
+    assert judge_availability("auto") == "alpaca_eval missing"
+    assert judge_availability("gpt4_turbo") == "alpaca_eval missing, OpenAI key not set"
+    installed["alpaca_eval"] = object()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert judge_availability("gpt4_turbo") == "alpaca_eval installed, OpenAI key set"
+    assert judge_availability("local:default") == "alpaca_eval installed"  # a key is no local judge's need

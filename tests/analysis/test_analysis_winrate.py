@@ -66,12 +66,13 @@ def test_module_imports_without_torch_or_alpaca_eval_and_names_the_install():
     assert "pip install -e '.[eval]'" in result.stdout
 
 
-def test_auto_picks_the_api_judge_only_when_a_key_is_set(monkeypatch):
+def test_auto_is_the_local_judge_and_the_paid_judge_runs_only_when_named(monkeypatch):
     no_api_key(monkeypatch)
     assert resolve_judge("auto") == "local:default"
     assert resolve_judge("local") == "local:default"
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    assert resolve_judge("auto") == "gpt4_turbo"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # a key that happens to be set changes nothing...
+    assert resolve_judge("auto") == "local:default"
+    assert resolve_judge("gpt4_turbo") == "gpt4_turbo"  # ...the paid judge is named
     with pytest.raises(ValueError, match="unknown judge"):
         resolve_judge("gpt5")
 
@@ -196,7 +197,7 @@ def test_gpt4_turbo_path_runs_through_alpaca_eval_config(monkeypatch, no_network
         return {"completions": [e["logprobs"]["content"][0]["token"] for e in entries], "completions_all": entries}
 
     monkeypatch.setattr(alpaca_openai, "openai_completions", fake_openai_completions)
-    result = wr.winrate(outputs(["GOOD answer"] * 6, "SR"), outputs(["answer"] * 6, "Bo4"), judge="auto")
+    result = wr.winrate(outputs(["GOOD answer"] * 6, "SR"), outputs(["answer"] * 6, "Bo4"), judge="gpt4_turbo")
     assert result.summary["judge"] == "gpt4_turbo"
     assert result.summary["annotator"] == "weighted_alpaca_eval_gpt4_turbo"
     assert set(calls) == {"gpt-4-1106-preview"}

@@ -277,11 +277,11 @@ def test_labels(config):
 
 
 def test_bon_args_shard(config):
-    # shard 1: seed 0 + 1; no batch size or budget configured; the reward model needs remote code
+    # shard 1: seed 0 + 1; no batch size or budget configured; the reward model alone needs remote code
     assert job_options.reference_args(config, config["pairs"][0], n=4, seed_offset=1) == (
         "--model gen-model --reward rm-model --method bon --max-new-tokens 256 --temperature 1.0 --top-p 1.0 "
         "--top-k 0 --seed 1 --device auto --dtype auto --reward-batch-size 16 --no-progress --exit-zero --n 4 "
-        "--trust-remote-code")
+        "--trust-remote-code reward")
 
 
 def test_method_args_adaptive_sr(config):
@@ -342,6 +342,29 @@ def test_engine_args_pass_a_compile_setting_other_than_auto_and_yaml_bare_words(
         assert f"--method bon --compile {passed} --max-new-tokens" in job_options.reference_args(config, config["pairs"][1], n=2)
 
 
+def test_engine_args_trust_each_model_alone_and_pin_its_revision(config):
+    """A trusted reward model gives --trust-remote-code reward (its generator runs no code of its
+    own), a trusted generator model, both both; a `revision` becomes --model-revision /
+    --reward-revision beside its model, and a config without one keeps its options."""
+    rm, logprob = config["pairs"]
+    assert job_options.reference_args(config, rm, n=2).endswith(" --n 2 --trust-remote-code reward")
+    assert "--trust-remote-code" not in job_options.reference_args(config, logprob, n=2)
+    config["generators"]["g"]["trust_remote_code"] = True
+    assert job_options.reference_args(config, rm, n=2).endswith(" --n 2 --trust-remote-code both")
+    assert job_options.reference_args(config, logprob, n=2).endswith(" --n 2 --trust-remote-code model")
+    assert job_options.prefix_args(config, logprob)[-1] == "--no-progress"  # logprob loads no tokenizer
+    assert "--model-revision" not in job_options.reference_args(config, rm, n=2)
+    config["generators"]["g"]["revision"] = "v1.0"
+    config["rewards"]["rm"]["revision"] = "0123abcd"
+    plan.validate_config(config, SCHEMA)
+    assert job_options.method_args(config, rm, "sr", {"alpha": 0.5}).startswith(
+        "--model gen-model --model-revision v1.0 --reward rm-model --reward-revision 0123abcd --method sr ")
+    assert job_options.prefix_args(config, rm) == [
+        "--reward", "rm-model", "--reward-revision", "0123abcd", "--decision-tokens", "16,32,64,128", "--device",
+        "auto", "--dtype", "auto", "--reward-batch-size", "16", "--no-progress", "--model", "gen-model",
+        "--model-revision", "v1.0", "--trust-remote-code", "both"]
+
+
 def test_the_compiled_study_config_is_the_default_study_with_its_step_compiled():
     """config/compiled.yaml merged over config/config.yaml as Snakemake merges a --configfile."""
     import yaml
@@ -400,15 +423,19 @@ def test_prefix_args(config):
     config["rewards"]["rm"]["dtype"] = "float32"
     assert job_options.prefix_args(config, config["pairs"][0]) == [
         "--reward", "rm-model", "--decision-tokens", "8,32", "--device", "auto", "--dtype", "float32",
-        "--reward-batch-size", "16", "--no-progress", "--model", "gen-model", "--trust-remote-code"]
+        "--reward-batch-size", "16", "--no-progress", "--model", "gen-model", "--trust-remote-code", "reward"]
 
 
-def test_partial_path_is_named_by_the_options():
-    args = "--n 4"
-    digest = hashlib.sha256(args.encode()).hexdigest()[:12]
-    assert digest == "1ad8f1c2af81"
-    assert job_options.partial_path("results", "results/runs/p/bon/shard0/c.jsonl", args) == \
-        "results/.partial/runs/p/bon/shard0/c.jsonl.1ad8f1c2af81.jsonl"
+def test_partial_path_is_named_by_the_options_and_the_prompts():
+    args, prompts_digest = "--n 4", "0123456789abcdef"
+    digest = hashlib.sha256(b"--n 4 0123456789abcdef").hexdigest()[:12]
+    assert job_options.partial_path("results", "results/runs/p/bon/shard0/c.jsonl", args, prompts_digest) == \
+        f"results/.partial/runs/p/bon/shard0/c.jsonl.{digest}.jsonl"
+    # an edited prompt of the chunk (another digest) or other options: another file, never resumed
+    assert job_options.partial_path("results", "results/runs/p/bon/shard0/c.jsonl", args, "fedcba9876543210") != \
+        job_options.partial_path("results", "results/runs/p/bon/shard0/c.jsonl", args, prompts_digest)
+    assert job_options.partial_path("results", "results/runs/p/bon/shard0/c.jsonl", "--n 8", prompts_digest) != \
+        job_options.partial_path("results", "results/runs/p/bon/shard0/c.jsonl", args, prompts_digest)
 
 
 # ------------------------------------------------------------------------------------------
@@ -426,7 +453,7 @@ def test_needs_gpu(config):
 
 @pytest.mark.parametrize("judge, key, local", [
     (None, None, False), ("longest", None, False), ("gpt4_turbo", None, False), ("local:default", None, True),
-    ("auto", "sk-test", False), ("auto", None, True),
+    ("auto", "sk-test", True), ("auto", None, True),  # auto is the local judge, key or not
 ])
 def test_judge_resources(config, monkeypatch, judge, key, local):
     for variable in ("OPENAI_API_KEY", "OPENAI_API_KEYS", "OPENAI_CLIENT_CONFIG_PATH"):
@@ -547,6 +574,13 @@ def test_setting_names_keep_a_key_apart_from_its_value_when_the_key_ends_in_a_di
                     setting_keys=("n", "k", "t1", "t2"))
     # t1=8 must not read as "t18"; n and k keep the form today's run files have
     assert method.setting_name({"n": 16, "k": 2, "t1": 8, "t2": 16}) == "n16-k2-t1_8-t2_16"
+
+
+def test_grid_values_that_differ_past_six_digits_get_settings_of_their_own(config):
+    """0.1234567 and 0.1234568 read alike in six digits (0.123457): each keeps its own run."""
+    config["methods"] = [*config["methods"], {"name": "sr-random", "grid": {"alpha": [0.1234567, 0.1234568, 0.5]}}]
+    names = [setting for directory, setting in plan.method_settings(config) if directory == "sr-random"]
+    assert names == ["alpha0.1234567", "alpha0.1234568", "alpha0.5"]
 
 
 @pytest.mark.parametrize("methods, message", [

@@ -178,7 +178,8 @@ def reference_params(n, seed_offset=lambda wildcards: 0):
 
     return {
         "args": args,
-        "partial": lambda wildcards, output: job_options.partial_path(RESULTS, output[0], args(wildcards)),
+        "partial": lambda wildcards, output: job_options.partial_path(
+            RESULTS, output[0], args(wildcards), chunk_params(wildcards.chunk)["digest"]),
         "prompt_ids": lambda wildcards: chunk_params(wildcards.chunk),
     }
 

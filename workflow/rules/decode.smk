@@ -89,7 +89,8 @@ rule method_run:
         # partial file is another, so records of the old code are never resumed
         code=method_run_code,
         partial=lambda wildcards, output: job_options.partial_path(
-            RESULTS, output[0], f"{method_run_args(wildcards)} {method_run_code(wildcards)}"),
+            RESULTS, output[0], f"{method_run_args(wildcards)} {method_run_code(wildcards)}",
+            chunk_params(wildcards.chunk)["digest"]),
         prompt_ids=lambda wildcards: chunk_params(wildcards.chunk),
     log:
         f"{RESULTS}/logs/method_run/{{pair}}/{{method}}/{{setting}}/{{chunk}}.log",

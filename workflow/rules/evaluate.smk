@@ -73,6 +73,9 @@ rule win_rates:
         annotations=directory(f"{RESULTS}/evaluation/annotations"),
     params:
         judge=config["evaluation"]["judge"],
+        # what the judge lacked, if anything: once it changes (alpaca_eval installed, a key set),
+        # a "not evaluated" table is judged again
+        judge_availability=plan.judge_availability(config),
         runs={pair_labels(pair)["generator"]: merged_runs([pair]) for pair in TABLE1_PAIRS},
     log:
         f"{RESULTS}/logs/win_rates.log",
