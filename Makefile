@@ -11,11 +11,11 @@ setup: $(VENV)/.installed
 
 # One line of its own; pip --quiet still prints its warnings and errors.
 $(VENV)/.installed: pyproject.toml
-	@echo "setup: $(VENV) with $(TORCH) and this project (extras test, eval, workflow, docs, bench)"
+	@echo "setup: $(VENV) with $(TORCH) and this project (extras test, eval, workflow, docs, bench, answers)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install --quiet --upgrade pip
 	@$(BIN)/pip install --quiet "$(TORCH)"
-	@$(BIN)/pip install --quiet -e ".[test,eval,workflow,docs,bench]"
+	@$(BIN)/pip install --quiet -e ".[test,eval,workflow,docs,bench,answers]"
 	@touch $@
 
 test: setup

@@ -1,4 +1,5 @@
-# specrej: one command regenerates Tables 1-2, Figures 2-4 and the correlation summary.
+# specrej: one command regenerates Tables 1-2, Figures 2-4 and the correlation summary (and, for
+# problems with reference answers, the accuracy study).
 #   snakemake --cores 2                                   # config/config.yaml: the CPU default
 #   snakemake --configfile config/paper.yaml --profile profiles/slurm   # the paper's setting
 #   snakemake --report results/report.html                # every figure and table, with captions
@@ -38,6 +39,7 @@ include: "workflow/rules/decode.smk"
 include: "workflow/rules/adaptive.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/answers.smk"  # the accuracy study: only when the prompts have reference answers
 
 
 localrules:
@@ -56,6 +58,7 @@ rule all:
         f"{RESULTS}/summary.md",
         f"{RESULTS}/failed_prompts.csv",
         merged_runs(),
+        accuracy_outputs(),  # [] unless the prompts have reference answers
 
 
 check_rule_settings()  # every rule is defined by now

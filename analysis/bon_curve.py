@@ -118,7 +118,11 @@ def bon_equivalent_compute(
       above (below), the upper (lower) limit is only a bound, flagged by
       compute_speedup_hi_is_bound (compute_speedup_lo_is_bound) — read it as "≥ hi" ("≤ lo");
     - bon_equivalent_in_range_frac, bon_equivalent_above_frac, bon_equivalent_below_frac: the
-      shares of resamples inside, above and below the curve (NaN without draws).
+      shares of resamples inside, above and below the curve (NaN without draws);
+    - the same speedup on the FLOPs axis (any machine's, where compute is this machine's seconds),
+      located on the Best-of-N curve of relative FLOPs: bon_equivalent_flops, flops_speedup,
+      flops_speedup_extrapolated, flops_speedup_lo/hi and their _is_bound flags (NaN where the
+      summary has no ``relative_flops``).
     """
     require_columns(summary, [*by, "method", "setting", "method_label", "n", "relative_compute", "improvement"],
                     "method summary")
@@ -127,15 +131,34 @@ def bon_equivalent_compute(
     require_columns(draws, [*by, "method", "method_label", "resample", "relative_compute", "improvement"],
                     "bootstrap draws")
     if not by:
-        return _locate_on_bon_curve(summary, draws, confidence_level)
+        return _with_flop_speedup(summary, draws, confidence_level)
     parts = []
     for keys, group in summary.groupby(list(by), sort=False):
         in_group = dict(zip(by, keys, strict=True))
-        part = _locate_on_bon_curve(group.drop(columns=list(by)), rows_where(draws, in_group), confidence_level)
+        part = _with_flop_speedup(group.drop(columns=list(by)), rows_where(draws, in_group), confidence_level)
         for position, (column, key) in enumerate(in_group.items()):
             part.insert(position, column, key)
         parts.append(part)
     return pd.concat(parts, ignore_index=True)
+
+
+# the columns of the compute axis that the FLOPs axis gives too, and their FLOPs names
+FLOP_AXIS = {"bon_equivalent_compute": "bon_equivalent_flops", "compute_speedup": "flops_speedup",
+             "compute_speedup_extrapolated": "flops_speedup_extrapolated", "compute_speedup_lo": "flops_speedup_lo",
+             "compute_speedup_hi": "flops_speedup_hi", "compute_speedup_lo_is_bound": "flops_speedup_lo_is_bound",
+             "compute_speedup_hi_is_bound": "flops_speedup_hi_is_bound"}
+
+
+def _with_flop_speedup(summary: pd.DataFrame, draws: pd.DataFrame, confidence_level: float) -> pd.DataFrame:
+    """`_locate_on_bon_curve` on the compute axis, with the FLOPs axis's columns (`FLOP_AXIS`) beside."""
+    points = _locate_on_bon_curve(summary, draws, confidence_level)
+    if "relative_flops" not in summary:
+        return points.assign(**{name: math.nan for name in FLOP_AXIS.values()})
+    on_flops = _locate_on_bon_curve(
+        summary.assign(relative_compute=summary["relative_flops"]),
+        draws.assign(relative_compute=draws["relative_flops"] if "relative_flops" in draws else math.nan),
+        confidence_level)
+    return points.assign(**{name: on_flops[column].to_numpy() for column, name in FLOP_AXIS.items()})
 
 
 def _locate_on_bon_curve(summary: pd.DataFrame, draws: pd.DataFrame, confidence_level: float) -> pd.DataFrame:

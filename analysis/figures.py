@@ -137,7 +137,7 @@ def figure3_compute_vs_improvement(summary: pd.DataFrame, panel_column: str = "p
             labels = [point_label(str(label), name, every) for label in series["method_label"]]
             mine += _draw_labelled_curve(axes, series, name, color, labels, marker=marker)
         labelled.append((axes, mine))
-        _use_plain_log_x(axes)
+        use_plain_log_x(axes)
         axes.set_xlabel(x_label)
         axes.set_ylabel(IMPROVEMENT_LABEL)
         if panel is not None:
@@ -339,7 +339,7 @@ def _draw_boxes_with_points(axes: Axes, values: pd.DataFrame, metric: str) -> No
     sns.stripplot(data=values, x="tau", y=metric, order=taus, ax=axes, color="0.25", size=3, alpha=0.6, jitter=0.2)
 
 
-def _error_bar(points: pd.DataFrame, column: str) -> np.ndarray | None:
+def error_bar(points: pd.DataFrame, column: str) -> np.ndarray | None:
     """(2, n) distances from each point to its <column>_lo / _hi interval ends, None without them.
 
     Clipped at 0: a percentile interval need not contain the point estimate, and matplotlib
@@ -353,7 +353,7 @@ def _error_bar(points: pd.DataFrame, column: str) -> np.ndarray | None:
     return np.clip(np.nan_to_num(lengths, nan=0.0), 0.0, None)
 
 
-def _use_plain_log_x(axes: Axes) -> None:
+def use_plain_log_x(axes: Axes) -> None:
     """Log-scaled x ticked at powers of two and written 0.5, 1, 2, …, as compute ratios are read."""
     axes.set_xscale("log", base=2)
     axis = axes.xaxis
@@ -377,7 +377,7 @@ def _draw_labelled_curve(axes: Axes, points: pd.DataFrame, name: str, color: str
     if points.empty:
         return []
     x, y = points["relative_compute"].to_numpy(dtype=float), points["improvement"].to_numpy(dtype=float)
-    axes.errorbar(x, y, xerr=_error_bar(points, "relative_compute"), yerr=_error_bar(points, "improvement"),
+    axes.errorbar(x, y, xerr=error_bar(points, "relative_compute"), yerr=error_bar(points, "improvement"),
                   marker=marker, markersize=MARKER_SIZE, linestyle="--", color=color, label=name, capsize=2,
                   elinewidth=0.8)
     return [(float(a), float(b), label, color) for a, b, label in zip(x, y, labels, strict=True)

@@ -51,6 +51,9 @@ SELECTED_BY_SPEEDUP = "highest compute_speedup among the method's settings insid
 SELECTED_BY_SCORE = "no setting of the method inside the Best-of-N range: highest improvement (out of range)"
 # The FLOP ratios (analysis.metrics), carried when the inputs have them (NaN otherwise).
 FLOP_COLUMNS = ("relative_flops", "relative_flops_lo", "relative_flops_hi")
+# The speedup at equal score on the FLOPs axis (analysis.bon_curve), likewise.
+FLOP_SPEEDUP_COLUMNS = ("flops_speedup", "flops_speedup_lo", "flops_speedup_hi", "flops_speedup_lo_is_bound",
+                        "flops_speedup_hi_is_bound")
 
 
 def headline_table(summary: pd.DataFrame, bon_equivalent: pd.DataFrame) -> pd.DataFrame:
@@ -81,6 +84,7 @@ def headline_table(summary: pd.DataFrame, bon_equivalent: pd.DataFrame) -> pd.Da
     bon_equivalent_compute_extrapolated, equivalent_n(_lo/_hi), equivalent_n_extrapolated,
     equivalent_n_by_score, compute_speedup(_lo/_hi), compute_speedup_extrapolated,
     bon_equivalent_in_range_frac, compute_speedup_lo_is_bound, compute_speedup_hi_is_bound,
+    flops_speedup(_lo/_hi, _lo_is_bound, _hi_is_bound) (the speedup on the FLOPs axis: NaN without),
     bon_min_n, bon_max_n, bon_min_improvement, bon_max_improvement, bon_ladder ("Bo8 1.0 (N
     ratio 1.0), Bo16 1.9 (N ratio 2.0), ..."), then n_prompts, n_prompts_improvement,
     zero_spread_prompts, confidence_level, bootstrap_resamples when the inputs carry them.
@@ -199,6 +203,10 @@ def _method_headline(points: pd.DataFrame, bon: pd.DataFrame) -> pd.DataFrame:
     out["bon_equivalent_in_range_frac"] = points["bon_equivalent_in_range_frac"].astype(float)
     for column in ("compute_speedup_lo_is_bound", "compute_speedup_hi_is_bound"):
         out[column] = points[column].astype(bool) if column in points.columns else False
+    for column in FLOP_SPEEDUP_COLUMNS:  # the same speedup on the FLOPs axis (bon_curve.FLOP_AXIS)
+        bound = column.endswith("_is_bound")
+        out[column] = (points[column].astype(bool if bound else float) if column in points.columns
+                       else False if bound else math.nan)
     out["bon_min_n"], out["bon_max_n"] = n_min, n_max
     out["bon_min_improvement"] = float(bon["improvement"].iloc[0])
     out["bon_max_improvement"] = float(bon["improvement"].iloc[-1])

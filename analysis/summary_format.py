@@ -55,9 +55,10 @@ def with_ci(row: pd.Series, column: str, formatter, unit: str = "") -> str:
         return MISSING
     if not (np.isfinite(low) and np.isfinite(high)):
         return formatter(value) + unit
-    censored = column in ("compute_speedup", "bon_equivalent_compute", "equivalent_n")
-    at_most = "≤ " if censored and row.get("compute_speedup_lo_is_bound", False) else ""
-    at_least = "≥ " if censored and row.get("compute_speedup_hi_is_bound", False) else ""
+    bounds = "flops_speedup" if column == "flops_speedup" else "compute_speedup"
+    censored = column in ("compute_speedup", "bon_equivalent_compute", "equivalent_n", "flops_speedup")
+    at_most = "≤ " if censored and row.get(f"{bounds}_lo_is_bound", False) else ""
+    at_least = "≥ " if censored and row.get(f"{bounds}_hi_is_bound", False) else ""
     return f"{formatter(value)}{unit} [{at_most}{formatter(low)}, {at_least}{formatter(high)}]"
 
 

@@ -1,16 +1,17 @@
 """The headline page: ``analysis.headline``'s tables as a page of blocks (``analysis.page``):
 per pair the table of every setting of every method, a statement of each method's best setting
-(the paper's SR first, then the others by strength: ``method_order``), the tokens saved, adaptive SR against fixed α, and the notes a reader needs.  Built once by
-``headline_page``, written as Markdown (``results/summary.md``, ``render_headline_markdown``) and
-as reStructuredText on the report's front page (``analysis.report_page``).  Formatting only
-(numbers and cells: ``analysis.summary_format``): every number comes from the inputs.
-"""
+(the paper's SR first, then the others by strength: ``method_order``), the tokens saved, adaptive
+SR against fixed α, the accuracy on reference answers (``analysis.accuracy_page``), and the notes
+a reader needs.  Built once by ``headline_page``, written as Markdown (``results/summary.md``) and
+as reStructuredText on the report's front page (``analysis.report_page``).  Formatting only:
+every number comes from the inputs."""
 
 import math
 
 import numpy as np
 import pandas as pd
 
+from analysis.accuracy_page import accuracy_section
 from analysis.adaptive_study import ADAPTIVE, FIXED_ALPHA
 from analysis.headline import PAIR
 from analysis.page import Block, Bullets, Code, Heading, Paragraph, Strong, Table, Text, text, to_markdown
@@ -35,6 +36,8 @@ def headline_page(
     survival: pd.DataFrame | None = None,
     fits: pd.DataFrame | None = None,
     unanswered: pd.DataFrame | None = None,
+    accuracy: pd.DataFrame | None = None,
+    accuracy_ladder: pd.DataFrame | None = None,
 ) -> list[Block]:
     """The headline page: per pair the table of every setting, then one statement per method
     (its best setting and the speedup at equal score, or where it lands outside the Best-of-N
@@ -49,7 +52,10 @@ def headline_page(
 
     ``unanswered`` (``analysis.tables.unanswered_runs``: pair, method_label, error): the method
     settings that completed no response on any prompt; each gets a row of the pair's table and
-    a sentence that say so, last."""
+    a sentence that say so, last.
+
+    ``accuracy`` and ``accuracy_ladder`` (``analysis.accuracy``, with a ``pair`` column): for problems
+    with reference answers, an "Accuracy" section before the notes (``accuracy_section``)."""
     intro = ("Per generator / reward pair and per method: its best setting — the largest speedup at equal "
              "score among the method's settings whose score lies inside the measured Best-of-N curve — then "
              "every setting, then the tokens each saves.")
@@ -73,6 +79,8 @@ def headline_page(
         blocks.append(bullets(_pair_notes(rows, score_name)))
         if (rows["method"] == ADAPTIVE).any():
             blocks += _adaptive_section(rows, *(_of_pair(frame, pair) for frame in (adaptive, survival, fits)))
+    if accuracy is not None and not accuracy.empty:
+        blocks += accuracy_section(accuracy, accuracy_ladder)
     blocks += [Heading(2, text("Notes")),
                bullets(_global_notes(headline, savings, normalization, correlation_resamples))]
     return blocks
@@ -111,7 +119,7 @@ def _statement(rows: pd.DataFrame, score_name: str) -> Text:
     best = bests.iloc[0]
     score = text(Strong(str(best["method_label"])), f" scores {with_ci(best, 'improvement', score_text)} "
                  f"({score_name}; {bon_min} = {score_text(best['bon_min_improvement'])}) at "
-                 f"{with_ci(best, 'relative_compute', format_ratio, '×')} {bon_min}'s compute{_flops(best)}")
+                 f"{with_ci(best, 'relative_compute', format_ratio, '×')} {bon_min}'s compute{_beside(best, 'relative_flops', 'its FLOPs')}")
     if best["in_range"]:
         speedup = best["compute_speedup"]
         saving = (f"{with_ci(best, 'compute_speedup', format_ratio, '×')} less compute at equal score"
@@ -120,7 +128,8 @@ def _statement(rows: pd.DataFrame, score_name: str) -> Text:
                   "Best-of-N reaches this score with less compute")
         equivalent_n = reference_label(with_ci(best, "equivalent_n", whole))
         statement = text(score, f"; Best-of-N needs ≈ {with_ci(best, 'bon_equivalent_compute', format_ratio, '×')} "
-                                f"{bon_min}'s compute to match it (≈ {equivalent_n}): {saving}.")
+                                f"{bon_min}'s compute to match it (≈ {equivalent_n}): {saving}"
+                                f"{_beside(best, 'flops_speedup', 'in FLOPs')}.")
         if np.isfinite(best["bon_equivalent_in_range_frac"]):
             statement = text(statement, f" It lands inside the Best-of-N curve in "
                                         f"{percent(best['bon_equivalent_in_range_frac'])} of the bootstrap resamples.")
@@ -140,12 +149,11 @@ def _statement(rows: pd.DataFrame, score_name: str) -> Text:
     return text(opening, f", so no measured Best-of-N matches it. {_extrapolation(best)}")
 
 
-def _flops(row: pd.Series) -> str:
-    """" (0.8× [0.7, 0.9] its FLOPs)" beside a compute ratio; "" without FLOP counts."""
-    value = row.get("relative_flops", math.nan)
-    if not np.isfinite(value):
-        return ""
-    return f" ({with_ci(row, 'relative_flops', format_ratio, '×')} its FLOPs)"
+def _beside(row: pd.Series, column: str, words: str) -> str:
+    """" (0.8× [0.7, 0.9] <words>)" from a FLOP ratio beside its compute ratio (FLOPs are any
+    machine's, compute this machine's); "" without FLOP counts."""
+    finite = np.isfinite(row.get(column, math.nan))
+    return f" ({with_ci(row, column, format_ratio, '×')} {words})" if finite else ""
 
 
 def _of_pair(frame: pd.DataFrame | None, pair: str) -> pd.DataFrame:
@@ -259,6 +267,7 @@ def _settings_table(rows: pd.DataFrame, silent: pd.DataFrame | None = None) -> T
             "speedup at equal score": (
                 with_ci(row, "compute_speedup", format_ratio) if inside
                 else maybe(extrapolated, row["compute_speedup_extrapolated"], format_ratio)),
+            **({"FLOPs speedup": with_ci(row, "flops_speedup", format_ratio)} if flops else {}),
             "in range (resamples)": percent(row["bon_equivalent_in_range_frac"]),
             "where": {"interpolated": "inside", "above_range": f"above {bon_max}",
                       "below_range": f"below {bon_min}"}.get(row["bon_equivalent_status"],
@@ -381,3 +390,10 @@ def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normaliz
                   "both are shares of the tokens of generating every candidate to completion.")
         notes.append(oracle)
     return notes
+
+
+# --------------------------------------------------------------------------------------
+# accuracy on reference answers (analysis.accuracy): the summary's section and results/tables/accuracy
+# --------------------------------------------------------------------------------------
+
+# the selection rules' names in tables (specrej.records.answers.SELECT_RULES)

@@ -17,9 +17,10 @@ import torch
 
 from specrej import LogProbReward, SamplingParams, load_engine, speculative_rejection
 from specrej.engine.budget import default_memory_budget, format_size, parse_size
+from specrej.methods.base import MAX_ROWS
 from specrej.records.prompts import read_prompts
 
-UNCAPPED = 10**9  # the old rule: capacity // min_tokens, no cap
+UNCAPPED = MAX_ROWS  # the old rule: capacity // min_tokens, no cap (the largest row count a method takes)
 
 
 def main() -> None:

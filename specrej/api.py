@@ -29,6 +29,7 @@ from .methods.prompt_run import flop_shapes, run_method
 from .methods.session import Result, record_params
 from .plan import (ENGINE_SETTINGS, MAX_MEMORY_BUDGET, RunPlan, check_run, engine_settings, output_settings,
                    plan_run)
+from .records.answers import answered_candidates, select
 from .records.io import RecordWriter
 from .records.prompts import PromptItem, read_prompts
 from .rewards.reward import Response, Reward
@@ -106,6 +107,7 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
                 reward: Reward, method: str | Method, model_name: str, reward_name: str, seed: int = 0,
                 sampling: SamplingParams = SamplingParams(), memory_budget: int | None = None,
                 measure_memory: bool | None = None, progress: bool = True, retry_failed: bool = False,
+                selection: str = "reward",
                 checked: Params | None = None, on_failure: Callable[[PromptItem, str], None] | None = None,
                 **params) -> RecordWriter:
     """Run every prompt not yet in `out` with `method` and its `params` (see `run_one`),
@@ -141,7 +143,8 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
                     prompt_format=getattr(engine, "prompt_format", "auto"),
                     # as loaded (`load_engine`, `load_reward`): an Engine or reward built otherwise has none
                     model_revision=getattr(engine, "revision", None),
-                    reward_revision=getattr(reward, "revision", None))  # before anything is read or written
+                    reward_revision=getattr(reward, "revision", None),
+                    selection=selection)  # before anything is read or written
     items = read_prompts(prompts) if not isinstance(prompts, list) else prompts
     with RecordWriter(out, plan.settings, retry_failed=retry_failed, unknown=plan.unknown_settings,
                       prompts=items) as writer:
@@ -205,7 +208,7 @@ def _run_params(plan: RunPlan, settings: dict, engine: Engine) -> dict:
     the prompt format used (chat or plain), the setting's keys flat, the sampling settings, the
     setting, the display, the output settings and their digest."""
     recorded = dict(plan.params)  # as a record holds them: Param.check gives lists, numbers, strings
-    pinned = {key: settings[key] for key in ("model_revision", "reward_revision") if key in settings}
+    pinned = {key: settings[key] for key in ("model_revision", "reward_revision", "selection") if key in settings}
     return {"model": plan.model_name, "reward": plan.reward_name, **pinned, "seed": plan.seed,
             "prompt_format": engine.used_prompt_format(),  # as the prompts were rendered: chat or plain
             **{key: recorded[key] for key in plan.method.setting_keys}, **vars(plan.sampling),
@@ -225,7 +228,24 @@ def prompt_record(plan: RunPlan, item: PromptItem, run_params: dict, outcome: Re
     record = outcome.to_record(item.prompt_id)
     if record["best"] is None:  # kept whole, so its cost still counts; an error for every reader
         record["error"] = _no_complete_response(plan.method, outcome)
+    elif item.key is not None or plan.selection != "reward":
+        _with_answers(record, item, plan.selection)
     return record
+
+
+def _with_answers(record: dict, item: PromptItem, selection: str) -> None:
+    """Every completed candidate's answer (and whether it is right, for a prompt with a reference:
+    `records.answers`), the prompt's `reference`, and `best` chosen by the `selection` rule."""
+    key = item.key
+    record["candidates"] = answered_candidates(record["candidates"], key, key.extract if key else "first-number")
+    if key is not None:
+        record["reference"] = key.record()
+    if selection == "reward":
+        return
+    finalists = [c for c in record["candidates"] if c["complete"]]
+    chosen = finalists[select([c["answer"] for c in finalists], [c["final_score"] for c in finalists], selection)]
+    record["best"] = {"candidate_id": chosen["id"], "text": chosen["text"], "score": chosen["final_score"],
+                      "num_tokens": chosen["num_tokens"]}
 
 
 def _warn_failure(item: PromptItem, error: str) -> None:

@@ -14,6 +14,7 @@ from .engine.sampling import SamplingParams, check_int
 from .errors import SpecrejError, shown
 from .methods import Method, Params, file_digest, get_method
 from .methods.registry import method_code
+from .records.answers import SELECT_RULES
 
 if TYPE_CHECKING:
     from .engine.engine import Engine
@@ -56,12 +57,15 @@ def check_run(method: str | Method, params: Mapping = MappingProxyType({}), *, s
 
 def output_settings(method: Method, params: dict, *, model: str, reward: str, seed: int, sampling: SamplingParams,
                     memory_budget: int | None, engine: Engine | None = None, prompt_format: str | None = None,
-                    model_revision: str | None = None, reward_revision: str | None = None) -> dict:
+                    model_revision: str | None = None, reward_revision: str | None = None,
+                    selection: str = "reward") -> dict:
     """Every setting that changes a run file's records: a rerun whose settings differ is refused
     (`io.RecordWriter`). A file parameter counts by its content; the engine's dtype and device
     as loaded (`engine_settings`; None: not known yet, e.g. before loading); the prompt format as
     asked for (`prompt_format`, else the engine's), named only when it is not "auto"; the hub
-    revisions the generator and the reward model were loaded at, named only when given; the method's
+    revisions the generator and the reward model were loaded at, named only when given; the
+    `selection` rule that picks each prompt's answer (`records.answers.select`), named only when it
+    is not eq. 6's "reward"; the method's
     code as `method_code` (`registry.method_code`: specrej's version for a built-in method, a
     digest of its module's source for one from outside), so a rerun after the code changed is
     refused too."""
@@ -73,6 +77,7 @@ def output_settings(method: Method, params: dict, *, model: str, reward: str, se
             "reward": reward, **({"reward_revision": reward_revision} if reward_revision is not None else {}),
             "seed": seed, **vars(sampling), "memory_budget": memory_budget,
             **({"prompt_format": prompt_format} if prompt_format != "auto" else {}),
+            **({"selection": selection} if selection != "reward" else {}),
             **engine_settings(engine)}
 
 
@@ -97,7 +102,7 @@ class RunPlan:
     opened: the method with its checked parameters, the sampling settings, seed and memory budget,
     the generator's and the reward's names as records hold them, and `settings`, the output
     settings a resume is checked against (`output_settings`; the dtype and device None until
-    the engine is loaded: `ENGINE_SETTINGS`)."""
+    the engine is loaded: `ENGINE_SETTINGS`), and the `selection` rule of each prompt's answer."""
 
     method: Method
     params: Params
@@ -107,6 +112,7 @@ class RunPlan:
     model_name: str
     reward_name: str
     settings: dict
+    selection: str = "reward"
 
     @property
     def unknown_settings(self) -> tuple[str, ...]:
@@ -118,13 +124,16 @@ class RunPlan:
 def plan_run(method: str | Method, params: Mapping = MappingProxyType({}), *, model_name: str, reward_name: str,
              seed: int = 0, sampling: SamplingParams = SamplingParams(), memory_budget: int | None = None,
              prompt_format: str = "auto", reward_batch_size: int | None = None, model_revision: str | None = None,
-             reward_revision: str | None = None) -> RunPlan:
+             reward_revision: str | None = None, selection: str = "reward") -> RunPlan:
     """The run's settings checked (`check_run`, once: `reward_batch_size` is only checked) and
     its output settings computed (`output_settings`, once; `prompt_format` as asked for; the hub
-    revisions the models are loaded at, checked by the loaders against the models they load)."""
+    revisions the models are loaded at, checked by the loaders against the models they load; the
+    `selection` rule, one of `records.answers.SELECT_RULES`)."""
     method, checked = check_run(method, params, sampling=sampling, seed=seed, memory_budget=memory_budget,
                                 reward_batch_size=reward_batch_size)
+    if selection not in SELECT_RULES:
+        raise SpecrejError(f"--selection must be one of {', '.join(SELECT_RULES)}, got {shown(selection)}")
     settings = output_settings(method, dict(checked), model=model_name, reward=reward_name, seed=seed,
                                sampling=sampling, memory_budget=memory_budget, prompt_format=prompt_format,
-                               model_revision=model_revision, reward_revision=reward_revision)
-    return RunPlan(method, checked, sampling, seed, memory_budget, model_name, reward_name, settings)
+                               model_revision=model_revision, reward_revision=reward_revision, selection=selection)
+    return RunPlan(method, checked, sampling, seed, memory_budget, model_name, reward_name, settings, selection)

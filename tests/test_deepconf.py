@@ -115,6 +115,12 @@ def test_stopped_traces_are_halted_where_the_record_says(engine):
     assert result.tokens["generated"] == sum(c.num_tokens for c in result.candidates)
     assert measures["later_tokens"] == sum(c.num_tokens for c in result.candidates[8:])
     assert measures["tokens_at_stop_sum"] == sum(stopped.values())
+    # the official vote's voters: the warm-up traces at or above the threshold and every later trace
+    # that completed, each weighted by its lowest group confidence
+    voters = {c.id: lowest[c.id] for c in result.candidates if c.complete
+              and (c.id >= 8 or lowest[c.id] >= measures["threshold"])}
+    assert {int(cid): w for cid, w in rule["vote_weights"].items()} == voters
+    assert any(lowest[c] < measures["threshold"] for c in warmup)  # the filter left some warm-up trace out
 
 
 def test_select_confidence_keeps_the_most_confident_completed_trace(engine):

@@ -8,6 +8,7 @@ what needs Snakemake. Everything here is a function of the config dict:
   declared parameters); any problem is one ``ConfigError`` line naming the key.
 - ``Plan``: the jobs' dimensions (pairs, prompt chunks, method settings, the pairs of each table
   and figure), built once the config is valid.
+- the accuracy study's part (problem sets, the runs and ladder its analysis reads): ``answers_plan``.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from method_entries import (calibration_select, check_methods, fit_entry, method_settings, old_blocks_message,
-                            reference)
+from answers_plan import REASONING_GYM, answer_fields, check_problems, problem_set_lines
+from method_entries import calibration_select, check_methods, fit_entry, method_settings, old_blocks_message, reference
 
 LOCAL_SUFFIXES = (".json", ".jsonl", ".txt")
 
@@ -113,6 +114,7 @@ def cross_check(config: dict, basedir=".", methods_valid: bool = True):
     if len(set(labels)) != len(labels):
         yield (f"generators: the generators paired with the Table 1 reward {table1!r} need distinct labels "
                f"(Table 1 has one column per generator): {', '.join(labels)}")
+    yield from check_problems(config)
     select = config["prompts"]["select"]
     calibration = calibration_select(config) or None
     if calibration is not None:
@@ -135,7 +137,9 @@ def check_paths(config: dict, basedir="."):
         yield f"results_dir: {blocking} is a file, not a folder{under}"
     source = config["prompts"]["source"]
     local = local_source(source, basedir)
-    if local is None:
+    if source == REASONING_GYM:
+        pass  # no file: the problems are generated (check_problems)
+    elif local is None:
         if config["prompts"]["select"] is None:
             yield (f"prompts.source {source!r} is a Hugging Face dataset: give prompts.select (the row indices) "
                    "so the jobs can be planned before it is downloaded")
@@ -147,7 +151,9 @@ def check_paths(config: dict, basedir="."):
 
 def local_source(source: str, basedir=".") -> str | None:
     """The path of a local prompt file (relative to the working directory, else to `basedir`,
-    the workflow's folder), or None for a Hugging Face dataset spec."""
+    the workflow's folder), or None for a Hugging Face dataset spec or the reasoning-gym source."""
+    if source == REASONING_GYM:
+        return None
     path = Path(source)
     if not path.exists() and not path.is_absolute() and (Path(basedir) / path).exists():
         return str(Path(basedir) / path)
@@ -171,25 +177,34 @@ def prepared_select(config: dict) -> list[int] | None:
 
 def plan_prompts(config: dict, select=None, basedir=".") -> list[tuple]:
     """[(prompt_id, prompt text or None)] of rows `select` (default: the study's), in order; the
-    texts are None for a Hugging Face dataset (not downloaded to plan)."""
-    source = local_source(config["prompts"]["source"], basedir)
+    texts are None for a Hugging Face dataset (not downloaded to plan). A prompt with a reference
+    answer (a reasoning-gym problem, or a prompts file's line with `answer`) has a third element,
+    its answer fields, so that a changed answer reruns its chunk as a changed text does."""
+    source = config["prompts"]["source"]
     select = config["prompts"]["select"] if select is None else select
-    if source is None:
-        return [(index, None) for index in select]
-    from specrej.errors import SpecrejError
-    from specrej.records.prompts import read_prompts  # torch-free
+    if source == REASONING_GYM:
+        items = [(line["prompt_id"], line["prompt"], answer_fields(line))
+                 for line in problem_set_lines(config["prompts"]["problems"])]
+        where = f"the problem set has {len(items)} problems"
+    else:
+        local = local_source(source, basedir)
+        if local is None:
+            return [(index, None) for index in select]
+        from specrej.errors import SpecrejError
+        from specrej.records.prompts import read_prompts  # torch-free
 
-    try:
-        items = read_prompts(source)
-    except SpecrejError as error:
-        raise ConfigError(f"invalid config: prompts.source: {error}") from None
+        try:
+            items = [(item.prompt_id, item.prompt, *([answer_fields(item.key)] if item.key else []))
+                     for item in read_prompts(local)]
+        except SpecrejError as error:
+            raise ConfigError(f"invalid config: prompts.source: {error}") from None
+        where = f"{local} has {len(items)} prompts"
     if select is not None:
         out_of_range = [i for i in select if i >= len(items)]
         if out_of_range:
-            raise ConfigError(f"invalid config: prompts.select: indices {out_of_range} are out of range "
-                              f"({source} has {len(items)} prompts)")
+            raise ConfigError(f"invalid config: prompts.select: indices {out_of_range} are out of range ({where})")
         items = [items[i] for i in select]
-    return [(item.prompt_id, item.prompt) for item in items]
+    return items
 
 
 def plan_chunks(prompts: list[tuple], size: int, prefix: str = "chunk") -> dict[str, list[tuple]]:
@@ -204,8 +219,10 @@ def plan_chunks(prompts: list[tuple], size: int, prefix: str = "chunk") -> dict[
 
 def chunk_params(group: list[tuple]) -> dict:
     """Prompt ids of a chunk and a digest of their texts: a changed prompt reruns its jobs."""
-    digest = hashlib.sha256(json.dumps([[str(i), t] for i, t in group]).encode()).hexdigest()[:16]
-    return {"ids": [i for i, _ in group], "digest": digest}
+    # a prompt with an answer adds its answer fields (plan_prompts); one without keeps the digest it had
+    digest = hashlib.sha256(json.dumps([[str(i), *rest] for i, *rest in group], sort_keys=True,
+                                       default=str).encode()).hexdigest()[:16]
+    return {"ids": [i for i, *_ in group], "digest": digest}
 
 
 # --------------------------------------------------------------------------------------
@@ -262,6 +279,13 @@ def merged_runs(config: dict, results: str, pairs) -> list[str]:
         f"{runs}/{p}/{method}/{setting}.jsonl" for group in groups for p in pairs for method, setting in group]
 
 
+def merged_method_runs(config: dict, results: str, pairs) -> list[str]:
+    """`merged_runs` less the reference's ladder (runs/<pair>/<reference>/n<N>.jsonl)."""
+    ref = reference(config)
+    ladder = {f"{results}/runs/{p}/{ref['directory']}/n{n}.jsonl" for p in pairs for n in ref["ladder"]}
+    return [path for path in merged_runs(config, results, pairs) if path not in ladder]
+
+
 class Plan:
     """The jobs' dimensions, from a validated config: the globals the rule files read."""
 
@@ -288,6 +312,12 @@ class Plan:
         # Figure 4: the pair named, else every studied pair (one row of panels each)
         chosen = config["figures"]["figure4"]["pair"]
         self.figure4_pairs = [chosen] if chosen else list(self.correlation_pairs)
+        # the accuracy study (workflow/rules/answers.smk): when study prompts have reference answers
+        prompts = [prompt for chunk in self.chunks.values() for prompt in chunk]
+        self.answers = any(len(prompt) > 2 and prompt[2]["answer"] is not None for prompt in prompts)
+        # the reasoning-gym problem set's digest (rule problem_set writes it; a change reruns it); None for a file
+        self.problem_set = (problem_set_lines(config["prompts"]["problems"])[0]["problem_set"]
+                            if config["prompts"]["source"] == REASONING_GYM else None)
 
 
 # --------------------------------------------------------------------------------------

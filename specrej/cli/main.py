@@ -115,7 +115,7 @@ def run_arguments(args: argparse.Namespace) -> RunPlan:
     return plan_run(method, given, model_name=args.model, reward_name=args.reward, seed=args.seed, sampling=sampling,
                     memory_budget=args.memory_budget, prompt_format=args.prompt_format,
                     reward_batch_size=args.reward_batch_size, model_revision=args.model_revision,
-                    reward_revision=args.reward_revision)
+                    reward_revision=args.reward_revision, selection=args.selection)
 
 
 def _named_as_typed(method, cli_flags: dict[str, str], typed: set[str]):

@@ -194,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
                           "text with the tokenizer's own special tokens (BOS), as the paper prompts its base "
                           "models; 'auto' is chat when the tokenizer has a chat template, else plain. Recorded in "
                           "each record's params.prompt_format (chat or plain)")
+    gen.add_argument("--selection", choices=["reward", "vote", "weighted-vote"], default="reward",
+                     help="how each prompt's answer is chosen among its completed responses: 'reward' (the highest "
+                          "final score, eq. 6), 'vote' (majority vote over the answers extracted by each prompt's "
+                          "`extract`, default first-number: self-consistency) or 'weighted-vote' (each answer "
+                          "weighted by its responses' softmax of the scores). Recorded in params.selection when not "
+                          "'reward'; every completed response's answer is recorded either way for a prompt with "
+                          "an `answer`")
     gen.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                      help="the decode step as one torch.compile graph, gpt-fast style (static KV cache, the "
                           "position as data; the rows a dynamic dimension: one graph for 1 row, one for 2-64, one "

@@ -155,6 +155,9 @@ def deepconf(session: MethodSession, params) -> dict:
 
     complete = [c for c in session.candidates if c.complete]
     lowest = {cid: warmup.lowest(cid) for cid in warmup_ids} | {cid: later.lowest(cid) for cid in later.confidences}
+    # the official vote: the warm-up traces at or above the threshold and every later trace that
+    # completed, each weighted by its confidence (a problem's answers are voted on in analysis)
+    voters = {c.id: lowest[c.id] for c in complete if c.id not in warmup_ids or lowest[c.id] >= bar}
     chosen = None
     if params.select == "confidence" and complete:
         chosen = most_confident({c.id: lowest[c.id] for c in complete})
@@ -163,6 +166,7 @@ def deepconf(session: MethodSession, params) -> dict:
     session.record_round(Round(
         decision_token=window, batch_before=n - n_init, batch_after=n - n_init - len(later.stopped_at), rule={
             "rule": "deepconf", "select": params.select, "threshold": bar, "chosen": chosen,
+            "vote_weights": {str(cid): weight for cid, weight in sorted(voters.items())},
             "lowest_group_confidence": {str(cid): lowest[cid] for cid in sorted(lowest)},
             "stopped_at": {str(cid): t for cid, t in sorted(later.stopped_at.items())},
             "measures": {

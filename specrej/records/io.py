@@ -5,7 +5,7 @@ Trajectory record (one line per prompt; `Result.to_record` builds it):
   setting, display, output_settings, settings_digest},
   best {candidate_id, text, score, num_tokens},
   candidates [{id, text, token_ids, token_logprobs, num_tokens, finished, complete,
-               final_score, halted_round, round_scores}],
+               final_score, halted_round, round_scores, [answer, correct]}], [reference (`answers`)],
   rounds [{decision_token, batch_before, batch_after, ranked, rule}],
   timing {total_s, generate_s, score_s, compute_s, compute_clock, threads}, tokens {generated, scored}, peak_kv_bytes,
   measured_peak_bytes, memory_margin_bytes, retries, flops {prefill, generate, reward, total}
@@ -166,9 +166,8 @@ def _refuse_changed(path, previous: dict, settings: dict, keys: list[str]) -> No
 
 def _shown_setting(key: str, settings: dict) -> str:
     """A setting's value as a refusal shows it (`compiled`, present only for a compiled step: which step)."""
-    if key == "compiled":
-        return "the compiled step" if settings.get(key) else "the eager step"
-    return repr(settings.get(key))
+    value = settings.get(key)
+    return ("the compiled step" if value else "the eager step") if key == "compiled" else repr(value)
 
 
 def _refuse_changed_prompts(path, records: list[dict], prompts: Iterable) -> None:
@@ -339,7 +338,8 @@ def merge_shards(records: list[dict], all_candidates: bool = False, label: Calla
             setting.pop("label", None)  # the shard's own would name the wrong N
         else:
             setting["label"] = label(setting["params"])
-    base = {"prompt_id": first["prompt_id"], "prompt": first["prompt"], "method": first["method"], "params": params}
+    base = {"prompt_id": first["prompt_id"], "prompt": first["prompt"], "method": first["method"], "params": params,
+            **({"reference": first["reference"]} if "reference" in first else {})}
     errors = [f"shard {k}: {r['error']}" for k, r in enumerate(records) if "error" in r]
     if errors:
         return {**base, "error": "; ".join(errors)}

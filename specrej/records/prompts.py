@@ -1,4 +1,5 @@
-"""A prompts file read into `PromptItem`s: .json, .jsonl or .txt, each prompt with its id."""
+"""A prompts file read into `PromptItem`s: .json, .jsonl or .txt, each prompt with its id and,
+for a problem with a reference answer, its `answers.AnswerKey`."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecrejError
+from .answers import AnswerKey
+
+# the fields of a prompt object that make its AnswerKey
+ANSWER_FIELDS = ("answer", "extract", "check", "entry", "problem_set")
 
 
 @dataclass(frozen=True)
 class PromptItem:
     prompt_id: int | str
     prompt: str
+    key: AnswerKey | None = None  # its reference answer and how responses are checked (None: it has none)
 
 
 def read_prompts(path: str | os.PathLike) -> list[PromptItem]:
@@ -21,7 +27,8 @@ def read_prompts(path: str | os.PathLike) -> list[PromptItem]:
     .jsonl (one such object per line) or .txt (one prompt per non-blank line).
 
     An object's `prompt_id` or `id` names it; otherwise its position in the file does. An
-    AlpacaFarm-style `input` field is appended to the instruction.
+    AlpacaFarm-style `input` field is appended to the instruction. A problem's `answer` (with
+    `extract`, `check` and the task's `entry`: `answers.AnswerKey`) becomes its `key`.
     """
     path = Path(path)
     if not path.is_file():
@@ -71,4 +78,18 @@ def _prompt_item(entry, index: int, path: Path) -> PromptItem:
         key = "prompt_id" if "prompt_id" in entry else "id"
         raise SpecrejError(f"{path}: entry {index}: its {key} must be an integer or a non-empty string, "
                            f"got {json.dumps(prompt_id)}")
-    return PromptItem(prompt_id, prompt)
+    return PromptItem(prompt_id, prompt, _answer_key(entry, index, path))
+
+
+def _answer_key(entry: dict, index: int, path: Path) -> AnswerKey | None:
+    """The prompt's AnswerKey from its answer fields (None: it has none)."""
+    if not any(name in entry for name in ANSWER_FIELDS):
+        return None
+    answer = entry.get("answer")
+    if answer is not None and (isinstance(answer, bool) or not isinstance(answer, (str, int, float))):
+        raise SpecrejError(f"{path}: entry {index}: its answer must be a string or a number, got {json.dumps(answer)}")
+    fields = {name: entry[name] for name in ("extract", "check", "problem_set") if name in entry}
+    try:
+        return AnswerKey(None if answer is None else str(answer), **fields, entry=entry.get("entry"))
+    except SpecrejError as error:
+        raise SpecrejError(f"{path}: entry {index}: {error}") from None

@@ -106,6 +106,12 @@ def test_summary_and_bon_equivalent_of_every_method(reference):
     assert located.loc["First 2 of 3", "compute_speedup"] == pytest.approx(2.0)
     # SR's 112.5 a quarter of the way: 4^0.25 = √2, a speedup of √2 / 0.5.
     assert located.loc["SR α=0.5", "compute_speedup"] == pytest.approx(2 * math.sqrt(2))
+    # on the FLOPs axis: Bo4 (1, 100), Bo16 (4, 150); first-k's 125 again needs 2x Bo4's FLOPs, at 1.5x
+    # them: a FLOP speedup of 2 / 1.5; SR counted none, so it has no FLOP speedup
+    assert located.loc["First 2 of 3", "bon_equivalent_flops"] == pytest.approx(2.0)
+    assert located.loc["First 2 of 3", "flops_speedup"] == pytest.approx(2.0 / 1.5)
+    assert located.loc["First 2 of 3", "flops_speedup_lo"] <= located.loc["First 2 of 3", "flops_speedup_hi"]
+    assert math.isnan(located.loc["SR α=0.5", "flops_speedup"])
 
 
 def test_headline_table2_table1_and_figure3_carry_every_method(runs):
@@ -115,7 +121,7 @@ def test_headline_table2_table1_and_figure3_carry_every_method(runs):
     assert headline[["method_label", "best"]].values.tolist() == [["First 2 of 3", True], ["SR α=0.5", True]]
     page = render_headline_markdown(headline)
     assert ("**First 2 of 3** scores 125 (eq. 8; Bo4 = 100) at 1.0× Bo4's compute (1.5× its FLOPs); Best-of-N "
-            "needs ≈ 2.0× Bo4's compute to match it (≈ Bo8): 2.0× less compute at equal score.") in page
+            "needs ≈ 2.0× Bo4's compute to match it (≈ Bo8): 2.0× less compute at equal score (1.3× in FLOPs).") in page
     assert "**SR α=0.5** scores 112 (eq. 8; Bo4 = 100) at 0.50× Bo4's compute; Best-of-N" in page
 
     table = table2_perplexity_speedup(summary)

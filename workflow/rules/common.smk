@@ -12,6 +12,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+import answers_plan  # noqa: E402 (workflow/answers_plan.py)
 import job_options  # noqa: E402 (workflow/job_options.py)
 import messages  # noqa: E402 (workflow/messages.py)
 import plan  # noqa: E402 (workflow/plan.py)
@@ -31,7 +32,7 @@ def setup_plan(config):
     (after the config is validated); RESULTS, the folder every output goes to (`results_dir`)."""
     global PLAN, RESULTS, PAIRS, CHUNKS, CALIBRATION_CHUNKS, ALL_CHUNKS, ADAPTIVE_DELTAS, PROMPT_FILE, MODELS
     global CORRELATION_PAIRS, TABLE1_PAIRS, TABLE2_PAIRS, FIGURE2_PAIR, FIGURE4_PAIRS, ANALYSIS_RESOURCES
-    global METHOD_RUNS, METHOD_DIRS, METHOD_SETTINGS, REFERENCE_DIR
+    global METHOD_RUNS, METHOD_DIRS, METHOD_SETTINGS, REFERENCE_DIR, ANSWERS, PROBLEM_SET
     try:
         PLAN = jobs = plan.Plan(config, workflow.basedir)
     except plan.ConfigError as error:
@@ -47,6 +48,11 @@ def setup_plan(config):
     METHOD_DIRS = "|".join(sorted({re.escape(m) for m, _ in METHOD_RUNS}))
     METHOD_SETTINGS = "|".join(sorted({re.escape(s) for _, s in METHOD_RUNS}))
     PROMPT_FILE = plan.local_source(config["prompts"]["source"], workflow.basedir)  # None: a dataset
+    # the accuracy study (answers.smk): problems with reference answers, from a file or reasoning-gym,
+    # whose problem set (PROBLEM_SET, its digest) rule problem_set writes as the prompts file
+    ANSWERS, PROBLEM_SET = jobs.answers, jobs.problem_set
+    if PROBLEM_SET:
+        PROMPT_FILE = f"{RESULTS}/prompts/problems.jsonl"
     # merges, metrics, tables, figures: one thread (Snakemake's default), no GPU
     ANALYSIS_RESOURCES = {"gpu": 0, **{key: config["resources"]["analysis"][key] for key in ("mem_mb", "runtime")}}
 
@@ -109,6 +115,45 @@ def pair_labels(pair):
 def merged_runs(pairs=None):
     """The per-pair run files the metrics read: Bo-N for every N, then every method setting."""
     return plan.merged_runs(config, RESULTS, PAIRS if pairs is None else pairs)
+
+
+def merged_method_runs(pairs=None):
+    """merged_runs() less the reference's ladder: the method settings' run files (a merged
+    Best-of-N keeps only its best candidate; the accuracy study pools its shards instead)."""
+    return plan.merged_method_runs(config, RESULTS, PAIRS if pairs is None else pairs)
+
+
+def reference_pool(pair, n):
+    """{shards, files}: the files that make Bo-n of `pair` with every candidate (shards
+    0..n/shard_size-1 of each chunk, pooled per prompt; or a direct run's chunks)."""
+    kind, count = plan.reference_sources(config, n)
+    return {"shards": count if kind == "shards" else 1, "files": reference_files(pair, n, CHUNKS)}
+
+
+def reference_ladder(pair):
+    """{N: reference_pool(pair, N)} over the reference's ladder."""
+    return {n: reference_pool(pair, n) for n in PLAN.reference["ladder"]}
+
+
+def reference_ladder_files(pairs=None):
+    """Every file of reference_ladder over `pairs` (default: every pair), each once."""
+    return list(dict.fromkeys(path for pair in (PAIRS if pairs is None else pairs)
+                              for rung in reference_ladder(pair).values() for path in rung["files"]))
+
+
+def accuracy_outputs():
+    """The accuracy study's tables, figure and correctness prediction ([] without reference answers)."""
+    if not ANSWERS:
+        return []
+    return [*expand(f"{RESULTS}/tables/accuracy.{{ext}}", ext=["csv", "md"]),
+            *expand(f"{RESULTS}/figures/accuracy_vs_compute.{{ext}}", ext=["png", "pdf"]),
+            *([f"{RESULTS}/correlation/correctness.csv"] if CORRELATION_PAIRS else [])]
+
+
+def accuracy_metrics(name):
+    """[<results_dir>/metrics/<name>] of the accuracy study ([] without reference answers): the
+    headline's accuracy section reads them when they exist."""
+    return [f"{RESULTS}/metrics/{name}"] if ANSWERS else []
 
 
 def run_pair(path):

@@ -132,6 +132,8 @@ rule headline:
         figure3=f"{RESULTS}/figures/figure3.png",
         survival=adaptive_outputs("survival.csv", CORRELATION_PAIRS),
         fits=adaptive_outputs("fits.csv", PAIRS),
+        accuracy=accuracy_metrics("accuracy.csv"),  # the accuracy study's section (answers.smk), if any
+        accuracy_ladder=accuracy_metrics("accuracy_ladder.csv"),
     output:
         markdown=report(
             f"{RESULTS}/summary.md",

@@ -12,8 +12,9 @@ results/metrics/adaptive.csv: each adaptive SR run against the fixed-α curve at
 
 Inputs: summary, bon_equivalent (results/metrics), runs (results/metrics/runs.csv), failed
 (results/failed_prompts.csv: a method setting that completed no response gets a row saying so),
-correlation (results/correlation/summary.csv), figure3 (results/figures/figure3.png), and with
-adaptive SR survival and fits (results/adaptive/<pair>/, possibly none). Params: pair_of (display
+correlation (results/correlation/summary.csv), figure3 (results/figures/figure3.png), with
+adaptive SR survival and fits (results/adaptive/<pair>/, possibly none), and for problems with
+reference answers accuracy and accuracy_ladder (results/metrics/accuracy*.csv, possibly none). Params: pair_of (display
 label of each adaptive file), improvement_normalization, bootstrap_resamples, confidence_level,
 bootstrap_seed (config `tables`), correlation_resamples (config `correlation.n_resamples`, only
 quoted in the notes)."""
@@ -62,9 +63,11 @@ headline = headline_table(summary, bon_equivalent)
 savings = token_savings(runs, correlation if not correlation.empty else None,
                         n_resamples=params.bootstrap_resamples, confidence_level=params.confidence_level,
                         seed=params.bootstrap_seed)
+accuracy, accuracy_ladder = (read(paths[0]) if paths else None for paths in (inputs.accuracy, inputs.accuracy_ladder))
 page = headline_page(headline, savings, normalization=params.improvement_normalization,
                      correlation_resamples=params.correlation_resamples, adaptive=adaptive, survival=survival,
-                     fits=fits, unanswered=unanswered_runs(read(inputs.failed)))
+                     fits=fits, unanswered=unanswered_runs(read(inputs.failed)), accuracy=accuracy,
+                     accuracy_ladder=accuracy_ladder)
 with open(out.markdown, "w", encoding="utf-8") as markdown:
     markdown.write(to_markdown(page))
 with open(inputs.description, encoding="utf-8") as description, open(inputs.figure3, "rb") as figure3:

@@ -1,6 +1,12 @@
 """The study's prompt set as JSONL {prompt_id, prompt}: from a local .json/.jsonl/.txt file or a
 Hugging Face dataset "NAME[:CONFIG]", keeping the rows of `select` (0-based) in that order.
 
+A local file's problem with a reference answer keeps it: its line also holds `answer`, `extract`,
+`check` and, where the file gives them, `entry` and `problem_set` (specrej.records.prompts reads
+them back; the reasoning-gym source is such a file, written by rule problem_set). A dataset's
+columns are not read as answers: the plan, which decides whether the accuracy study runs, does
+not download the dataset.
+
 A dataset row's index is its prompt_id (AlpacaFarm: the af_eval_idx); `instruction` + `input`
 rows become one prompt exactly as `specrej generate` reads them (specrej.records.prompts.read_prompts).
 
@@ -16,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specrej.records.prompts import read_prompts
+from specrej.records.prompts import ANSWER_FIELDS, PromptItem, read_prompts
 
 PARQUET_EXPORT = "refs/convert/parquet"  # the Hub's parquet export branch: CONFIG/SPLIT/NNNN.parquet
 
@@ -64,9 +70,19 @@ def prompt_items(source: str, select: list[int] | None, split: str | None = None
         sys.exit(f"prompts.source {source!r} is a Hugging Face dataset: give prompts.select (the row indices)")
     with tempfile.TemporaryDirectory() as tmp:  # read_prompts owns the instruction + input rule
         rows = Path(tmp) / "rows.jsonl"
-        rows.write_text("".join(json.dumps(row, default=str) + "\n"
-                                for row in dataset_rows(source, split, revision, select)))
+        rows.write_text("".join(json.dumps({k: v for k, v in row.items() if k not in ANSWER_FIELDS}, default=str)
+                                + "\n" for row in dataset_rows(source, split, revision, select)))  # no answers (above)
         return read_prompts(rows)
+
+
+def prompt_line(item: PromptItem) -> dict:
+    """The prompts file's line of `item`: its id and text, and its reference answer if it has one."""
+    line = {"prompt_id": item.prompt_id, "prompt": item.prompt}
+    if item.key is not None:
+        line.update(answer=item.key.answer, extract=item.key.extract, check=item.key.check)
+        line.update({name: value for name in ("entry", "problem_set")
+                     if (value := getattr(item.key, name, None)) is not None})
+    return line
 
 
 def main(smk) -> None:
@@ -76,8 +92,10 @@ def main(smk) -> None:
     items = prompt_items(source, params.select, params.split, params.revision)
     with open(smk.output[0], "w", encoding="utf-8") as out:
         for item in items:
-            out.write(json.dumps({"prompt_id": item.prompt_id, "prompt": item.prompt}, ensure_ascii=False) + "\n")
-    print(f"{len(items)} prompts from {source}", file=sys.stderr)
+            out.write(json.dumps(prompt_line(item), ensure_ascii=False) + "\n")
+    answered = sum(item.key is not None and item.key.answer is not None for item in items)
+    print(f"{len(items)} prompts from {source}" + (f", {answered} with a reference answer" if answered else ""),
+          file=sys.stderr)
 
 
 if "snakemake" in globals():  # run by Snakemake's `script:` (tests import the functions)
