@@ -6,7 +6,7 @@ by `analysis` without loading torch.
 
 import importlib
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _EXPORTS = {
     "Candidate": "records.result", "Result": "records.result", "Round": "records.result",

@@ -107,7 +107,7 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
                 reward: Reward, method: str | Method, model_name: str, reward_name: str, seed: int = 0,
                 sampling: SamplingParams = SamplingParams(), memory_budget: int | None = None,
                 measure_memory: bool | None = None, progress: bool = True, retry_failed: bool = False,
-                selection: str = "reward",
+                selection: str | None = None,
                 checked: Params | None = None, on_failure: Callable[[PromptItem, str], None] | None = None,
                 **params) -> RecordWriter:
     """Run every prompt not yet in `out` with `method` and its `params` (see `run_one`),
@@ -128,7 +128,8 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
     those prompts again. `out` is locked while the run writes it (`io.output_lock`), and a rerun
     with other settings (`output_settings`, the method's code included) is refused with the
     setting that differs. Bad settings raise SpecrejError (`check_run`) before `out` is opened
-    or a prompt read; `checked`: parameters that `check_run` already gave, instead of `params`.
+    or a prompt read; `checked`: parameters that `check_run` already gave, instead of `params`;
+    `selection`: the rule that picks each prompt's answer (None: the method's own, `Method.selection`).
 
     Each record's params hold the method's setting: {"method", "params", "label"} (the
     configuration key of `analysis`), its `display` (the method's declaration: name, colour,
@@ -175,7 +176,8 @@ def run_planned(plan: RunPlan, prompts: list[PromptItem], writer: RecordWriter, 
             result = run_method(plan.method, plan.params, engine, reward, item.prompt, sampling=plan.sampling,
                                 seed=params["prompt_seed"], memory_budget=plan.memory_budget,
                                 measure_memory=measure_memory, shapes=shapes, run_params=params,
-                                prompt_id=item.prompt_id)
+                                prompt_id=item.prompt_id,
+                                answer_extract=item.key.extract if item.key else "first-number")
         except SpecrejError as error:
             record = prompt_record(plan, item, params, str(error))
         except Exception as error:  # the method's own bug (not BaseException: Ctrl-C still stops the run)

@@ -124,13 +124,14 @@ class RunPlan:
 def plan_run(method: str | Method, params: Mapping = MappingProxyType({}), *, model_name: str, reward_name: str,
              seed: int = 0, sampling: SamplingParams = SamplingParams(), memory_budget: int | None = None,
              prompt_format: str = "auto", reward_batch_size: int | None = None, model_revision: str | None = None,
-             reward_revision: str | None = None, selection: str = "reward") -> RunPlan:
+             reward_revision: str | None = None, selection: str | None = None) -> RunPlan:
     """The run's settings checked (`check_run`, once: `reward_batch_size` is only checked) and
     its output settings computed (`output_settings`, once; `prompt_format` as asked for; the hub
     revisions the models are loaded at, checked by the loaders against the models they load; the
-    `selection` rule, one of `records.answers.SELECT_RULES`)."""
+    `selection` rule, one of `records.answers.SELECT_RULES`; None: the method's own, `Method.selection`)."""
     method, checked = check_run(method, params, sampling=sampling, seed=seed, memory_budget=memory_budget,
                                 reward_batch_size=reward_batch_size)
+    selection = method.selection if selection is None else selection
     if selection not in SELECT_RULES:
         raise SpecrejError(f"--selection must be one of {', '.join(SELECT_RULES)}, got {shown(selection)}")
     settings = output_settings(method, dict(checked), model=model_name, reward=reward_name, seed=seed,

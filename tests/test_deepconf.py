@@ -11,7 +11,7 @@ import torch
 
 from specrej import SamplingParams, load_reward
 from specrej.api import run_one
-from specrej.engine.decoding import top_logprobs
+from specrej.engine.sampler import top_logprobs
 from specrej.errors import SpecrejError
 from specrej.methods.deepconf import (
     TraceConfidences,

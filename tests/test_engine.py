@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from specrej import SamplingParams
-from specrej.engine import decoding
+from specrej.engine import decoding, sampler
 from specrej.engine.cache import compaction_order
-from specrej.engine.decoding import sample_next
+from specrej.engine.sampler import sample_next
 from specrej.engine.engine import Engine
 
 ATOL = 1e-4
@@ -217,13 +217,13 @@ def test_decoding_knows_nothing_of_the_engine():
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     assert imported <= {"__future__", "collections.abc", "dataclasses", "typing", "torch", "budget", "cache", "errors",
-                        "sampling"}
+                        "sampler", "sampling"}
 
 
 def test_a_rollout_needs_only_the_forward_pass_and_runs_the_free_functions(generator_dir, monkeypatch):
     """Rollout over the bare forward pass (no engine) with explicit stop tokens and chunk sizes gives
     what Engine.rollout gives, and its steps are
-    decoding.sample / decoding.decode_one_token (patching the free function reaches it)."""
+    sampler.sample / decoding.decode_one_token (patching the free function reaches it)."""
     from specrej import load_engine
     from specrej.engine import decoding
     from specrej.engine.decoding import Rollout
@@ -304,7 +304,7 @@ def test_top_logprobs_are_kept_only_when_asked_and_change_no_token(engine, monke
         expected = torch.log_softmax(engine.forward.logits(hidden), -1).topk(3, dim=-1).values
         assert torch.allclose(asked.top_logprobs, expected, atol=1e-5)
         assert torch.equal(asked.sampled_ids, ids)  # the rows as they sampled, before any left
-    monkeypatch.setattr(decoding, "top_logprobs", lambda *args: pytest.fail("computed without being asked"))
+    monkeypatch.setattr(sampler, "top_logprobs", lambda *args: pytest.fail("computed without being asked"))
     for _ in range(4):
         plain.step()
     assert plain.top_logprobs is None and live_tokens(plain) == live_tokens(asked)

@@ -90,7 +90,7 @@ BAD_GENERATE = [
     ([*BON, "--decision-tokens", "8"], "bon (Best-of-N) takes no parameter 'decision_tokens'", ""),
     ([*BON, "--rejection", "adaptive"], "--rejection: was removed; use --method sr-adaptive", ""),
     ([*SR, "--fit", "prefixes.parquet"], "sr (speculative rejection) takes no parameter 'fit'", ""),
-    (["--method", "best"], "unknown method 'best'; choose bon, deepconf, pandora, sr, sr-adaptive, sr-random", ""),
+    (["--method", "best"], "unknown method 'best'; choose bon, consensus, deepconf, pandora, sr, sr-adaptive, sr-random", ""),
     # --batch-size, --min-tokens, --max-init-batch, --reward-batch-size
     ([*BON, "--batch-size", "0"], "--batch-size must be >= 1, got 0", ""),
     ([*SR, "--batch-size", "-8"], "--batch-size must be >= 1, got -8", ""),

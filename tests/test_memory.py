@@ -14,7 +14,8 @@ from specrej.api import run_one, run_prompts
 from specrej.engine import decoding
 from specrej.engine.budget import PeakMemory, token_capacity
 from specrej.engine.decoding import Rollout
-from specrej.methods.session import Session, is_out_of_memory
+from specrej.methods.out_of_memory import is_out_of_memory
+from specrej.methods.session import Session
 
 PROMPT = "Write a poem about the sea."
 SAMPLING = SamplingParams(max_new_tokens=24)
@@ -243,12 +244,13 @@ def test_other_errors_are_not_taken_for_out_of_memory():
                                     SamplingParams(top_p=0.9), SamplingParams(temperature=0.7, top_p=0.9),
                                     SamplingParams(temperature=0.7, top_p=0.9, top_k=50)])
 def test_the_sampler_stays_within_its_copies(engine, params):
-    from specrej.engine.decoding import sampler_copies
+    from specrej.engine import sampler
+    from specrej.engine.sampler import sampler_copies
 
     rows = 64
     hidden = torch.randn(rows, engine.config.hidden_size)
     with PeakMemory("cpu") as meter:
-        decoding.sample(engine.forward, hidden, params, torch.Generator().manual_seed(0), engine.sample_chunk_rows)
+        sampler.sample(engine.forward, hidden, params, torch.Generator().manual_seed(0), engine.sample_chunk_rows)
     # the copies of the logits, plus the sampled tokens and log-probs (int64 and fp32, and their cat)
     assert meter.peak_bytes <= sampler_copies(params) * rows * engine.config.vocab_size * 4 + rows * 32
 

@@ -90,7 +90,7 @@ def surface_lines() -> dict[str, list[str]]:
 # The surface of the version that last changed it. A change to the surface fails here: bump the
 # version (pyproject.toml, specrej/__init__.py), say what changed in CHANGELOG.md, document it in
 # docs/methods.md ("The method surface"), and record the new surface here with the new version.
-SURFACE_VERSION = "0.2.0"
+SURFACE_VERSION = "0.3.0"
 SURFACE = """
 run(session, params) -> dict
 requires(values) -> str | None
@@ -118,6 +118,7 @@ session.score_final(candidates) -> list[float]
 session.halt(candidates, round_index) -> None
 session.record_round(decision) -> int
 session.reserve(num_bytes) -> None
+session.answer(candidate) -> str | None
 batch.length: int
 batch.num_rows: int
 batch.needs_room: bool
@@ -136,6 +137,7 @@ candidate.complete: bool = False
 candidate.halted_round: int | None = None
 candidate.round_scores: list[float] = []
 candidate.final_score: float | None = None
+candidate.token_certainties: list[float] = []
 candidate.num_tokens: int
 Round.decision_token: int
 Round.batch_before: int
@@ -153,6 +155,7 @@ Method.record_method: str | None = None
 Method.setting_keys: tuple[str, ...] = ()
 Method.step_seconds: float | None = None
 Method.requires: Callable[[Mapping], str | None] | None = None
+Method.selection: str = 'reward'
 Param.name: str
 Param.type: str
 Param.default: object = None

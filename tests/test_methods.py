@@ -33,7 +33,7 @@ def generate(generator_dir, prompts, out, *extra):
 
 def test_built_in_methods_and_their_labels():
     methods = built_in()
-    assert list(methods) == ["bon", "deepconf", "pandora", "sr", "sr-adaptive", "sr-random", "st-bon"]
+    assert list(methods) == ["bon", "consensus", "deepconf", "pandora", "sr", "sr-adaptive", "sr-random", "st-bon"]
     assert methods["bon"].label({"n": 16}) == "Bo16"
     assert methods["sr"].label({"alpha": 0.5}) == "SR α=0.5"
     assert methods["sr-adaptive"].label({"delta": 0.05}) == "SR δ=0.05"
@@ -41,6 +41,10 @@ def test_built_in_methods_and_their_labels():
     assert methods["st-bon"].label({"n": 32}) == "ST-BoN N=32" and methods["st-bon"].setting_name({"n": 32}) == "n32"
     assert methods["sr"].setting_name({"alpha": 0.5}) == "alpha0.5"
     assert methods["sr-adaptive"].setting_name({"delta": 0.05}) == "delta0.05"
+    consensus = methods["consensus"].check({"n": 16})
+    assert methods["consensus"].label(consensus) == "Consensus N=16 w=4"
+    assert methods["consensus"].label({**consensus, "threshold": 0.9}) == "Consensus N=16 w=4 p=0.9"
+    assert methods["consensus"].setting_name(consensus) == "n16-wave4-threshold0.95"
 
 
 def test_check_fills_defaults_and_refuses_what_the_method_does_not_take():

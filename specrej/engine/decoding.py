@@ -1,5 +1,5 @@
-"""The decode loop, gpt-fast style: `prefill`, `decode_one_token`, `sample` (with `sample_next`, the
-draw, and the log-probs), `decode_rollout` (a rollout stepped as far as it goes) as free
+"""The decode loop, gpt-fast style: `prefill`, `decode_one_token`, `sampler.sample` (the draw and
+what is read off each distribution), `decode_rollout` (a rollout stepped as far as it goes) as free
 functions over explicit tensors, and `Rollout`, the per-row scheduler they drive.
 
 A row's room is the tokens its cache holds (`RowCache.max_len`): `Rollout.needs_room` says the next
@@ -17,7 +17,7 @@ nothing else (`engine.Engine.rollout` hands them over).
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -25,6 +25,7 @@ import torch
 from ..errors import SpecrejError
 from .budget import TokenBudget
 from .cache import compaction_order, moved_rows
+from .sampler import sample
 from .sampling import SamplingParams
 
 
@@ -164,82 +165,13 @@ def decode_one_token(model: ForwardPass, cache: RowCache, tokens: torch.Tensor, 
     return hidden[0] if len(hidden) == 1 else torch.cat(hidden)
 
 
-@torch.inference_mode()
-def sample(model: ForwardPass, hidden: torch.Tensor, params: SamplingParams, generator: torch.Generator,
-           chunk_rows: int, top_k: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Next token and its log-prob for each row, from hidden states [rows, hidden], and with
-    `top_k` > 0 the k largest log-probs of each row's distribution ([rows, k]; else None).
-
-    Logits are made `chunk_rows` rows at a time: SR's initial batch can run to thousands of
-    rows, and [rows, vocab] fp32 logits plus the sampler's temporaries would not fit. Plain
-    sampling goes through the forward pass's own `sample_plain` where it has one (a compiled
-    forward pass: one graph, `compiled.StaticSampler`).
-    """
-    if not top_k and params.temperature > 0 and not params.top_k and params.top_p == 1:
-        drawn = [model.sample_plain(chunk, params.temperature, generator) for chunk in hidden.split(chunk_rows)]
-        if drawn[0] is not None:
-            return torch.cat([t for t, _ in drawn]), torch.cat([lp for _, lp in drawn]), None
-    tokens, logprobs, tops = [], [], []
-    for chunk in hidden.split(chunk_rows):
-        logits = model.logits(chunk)
-        chosen = sample_next(logits, params, generator)
-        tokens.append(chosen)
-        logprobs.append(token_logprobs(logits, chosen))
-        if top_k:
-            tops.append(top_logprobs(logits, top_k))
-    return torch.cat(tokens), torch.cat(logprobs), torch.cat(tops) if top_k else None
-
-
-def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> torch.Tensor:
-    """Draw one token per row from fp32 logits [rows, vocab] (temperature, top-k, then top-p)."""
-    if params.temperature == 0:
-        return logits.argmax(-1)
-    if params.temperature != 1:
-        logits = logits / params.temperature
-    candidates = None  # vocabulary ids of the columns of `logits`, once cut or sorted
-    if params.top_k:
-        logits, candidates = logits.topk(min(params.top_k, logits.shape[-1]), dim=-1)
-    if params.top_p < 1:
-        if candidates is None:
-            logits, candidates = logits.sort(dim=-1, descending=True)
-        probs = logits.softmax(-1)
-        # drop a token once the tokens before it already reach top_p (the first always stays)
-        logits = logits.masked_fill(probs.cumsum(-1) - probs >= params.top_p, float("-inf"))
-    # inverse-CDF sampling: one uniform per row (cheaper than one exponential per vocab entry)
-    cdf = logits.softmax(-1).cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]
-    choice = torch.searchsorted(cdf, u, right=True).clamp_max(cdf.shape[-1] - 1)
-    return (choice if candidates is None else candidates.gather(-1, choice)).squeeze(-1)
-
-
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Log-probability of `tokens` under the model's own (untempered) distribution."""
-    return logits.gather(-1, tokens[:, None]).squeeze(-1) - logits.logsumexp(-1)
-
-
-def top_logprobs(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """The k largest log-probabilities of each row's untempered distribution, [rows, k], largest
-    first (the distribution `token_logprobs` reads)."""
-    return logits.topk(min(k, logits.shape[-1]), dim=-1).values - logits.logsumexp(-1, keepdim=True)
-
-
-def sampler_copies(params: SamplingParams) -> int:
-    """fp32 [rows, vocab] tensors alive at once while `decoding.sample` draws one chunk, at most.
-
-    Top-p: the logits, the tempered copy, the sorted values and their int64 indices (2), the
-    softmax, its cumsum, the masked copy, the final softmax and cumsum, of which at most about
-    7.5 at once (7 measured with budget.StorageTracker). Otherwise the logits, the tempered copy,
-    the softmax and its cumsum: 4. Half a copy more for the lm_head output of a 16-bit model.
-    """
-    return 8 if params.top_p < 1 else 5
-
-
 @dataclass
 class RowOutput:
     candidate_id: int
     token_ids: list[int]  # generated tokens, stop token excluded
     token_logprobs: list[float]
     stopped: bool  # ended with a stop token (else: still running, halted, or at max_new_tokens)
+    token_certainties: list[float] = field(default_factory=list)  # each token's distribution's self-certainty, if kept
 
 
 class Rollout:
@@ -260,13 +192,15 @@ class Rollout:
     def __init__(self, model: ForwardPass, prompt: PrefilledPrompt, rows: int, max_len: int,
                  params: SamplingParams, generator: torch.Generator, first_candidate_id: int = 0, *,
                  stop_token_ids: torch.Tensor | None = None, sample_chunk_rows: int | None = None,
-                 decode_chunk_bytes: int | None = None, top_k_logprobs: int = 0):
+                 decode_chunk_bytes: int | None = None, top_k_logprobs: int = 0, token_certainty: bool = False):
         """`model` samples `rows` rows from `prompt` (which it prefilled), each with room for
         `max_len` tokens in the cache; a row ends on one of `stop_token_ids` or at
         params.max_new_tokens. `sample_chunk_rows` rows' logits are made at a time, and a decode
         step feeds the rows in chunks of `decode_chunk_rows(model, decode_chunk_bytes, ...)`.
         `top_k_logprobs` > 0: each step keeps the k largest log-probs of every row's distribution
-        (`top_logprobs`); 0 computes nothing of the kind."""
+        (`top_logprobs`); 0 computes nothing of the kind. `token_certainty`: each step keeps the
+        self-certainty of every row's distribution (`RowOutput.token_certainties`); off, nothing
+        of the kind is computed and plain sampling keeps its fused call."""
         if stop_token_ids is None or sample_chunk_rows is None or decode_chunk_bytes is None:
             raise TypeError("Rollout needs stop_token_ids, sample_chunk_rows and decode_chunk_bytes")
         self.model, self.params, self.generator = model, params, generator
@@ -279,6 +213,8 @@ class Rollout:
         self.candidate_ids = torch.arange(first_candidate_id, first_candidate_id + rows, device=device)
         self.tokens = torch.zeros(rows, params.max_new_tokens, dtype=torch.long, device=device)
         self.logprobs = torch.zeros(rows, params.max_new_tokens, dtype=torch.float32, device=device)
+        self.certainties = (torch.zeros(rows, params.max_new_tokens, dtype=torch.float32, device=device)
+                            if token_certainty else None)
         self.hidden = prompt.hidden.expand(rows, -1)
         self.length = 0  # tokens sampled per live row
         # work done, for the FLOP count: tokens sampled (one head each), tokens fed through the
@@ -307,11 +243,14 @@ class Rollout:
 
     def step(self) -> list[RowOutput]:
         """Sample one token for every row; return the rows that finished (stop token or length)."""
-        tokens, logprobs, self.top_logprobs = sample(self.model, self.hidden, self.params, self.generator,
-                                                     self.sample_chunk_rows, self.top_k_logprobs)
+        tokens, logprobs, self.top_logprobs, certainties = sample(
+            self.model, self.hidden, self.params, self.generator, self.sample_chunk_rows, self.top_k_logprobs,
+            self.certainties is not None)
         self.sampled_ids = self.candidate_ids
         self.tokens[:, self.length] = tokens
         self.logprobs[:, self.length] = logprobs
+        if certainties is not None:
+            self.certainties[:, self.length] = certainties
         self.length += 1
         self.tokens_generated += self.num_rows
         stopped = torch.isin(tokens, self.stop_token_ids)
@@ -344,7 +283,7 @@ class Rollout:
         """Free the KV cache and the per-row buffers once no row is live (counters stay)."""
         self.cache.free()
         self.candidate_ids = self.candidate_ids.new_empty(0)
-        self.tokens = self.logprobs = self.hidden = self.layer_states = None
+        self.tokens = self.logprobs = self.certainties = self.hidden = self.layer_states = None
         self.released = True
 
     def _outputs(self, rows: torch.Tensor, stopped: torch.Tensor | None) -> list[RowOutput]:
@@ -352,9 +291,11 @@ class Rollout:
         tokens = self.tokens[rows, : self.length].tolist()
         logprobs = self.logprobs[rows, : self.length].tolist()
         ended = stopped[rows].tolist() if stopped is not None else [False] * len(ids)
+        certainties = (self.certainties[rows, : self.length].tolist() if self.certainties is not None
+                       else [[]] * len(ids))
         return [
-            RowOutput(c, t[:-1] if s else t, lp[:-1] if s else lp, s)
-            for c, t, lp, s in zip(ids, tokens, logprobs, ended)
+            RowOutput(c, t[:-1] if s else t, lp[:-1] if s else lp, s, sc[:-1] if s else sc)
+            for c, t, lp, s, sc in zip(ids, tokens, logprobs, ended, certainties)
         ]
 
     def _remove(self, remove: torch.Tensor, stopped: torch.Tensor | None) -> list[RowOutput]:
@@ -366,6 +307,8 @@ class Rollout:
         # the token and log-prob buffers are compacted in place (only the rows that move are
         # copied), like the cache: a gathered copy would double them for the moment
         self.tokens, self.logprobs = _compact(self.tokens, order), _compact(self.logprobs, order)
+        if self.certainties is not None:
+            self.certainties = _compact(self.certainties, order)
         self.cache.prune(order)
         return removed
 

@@ -19,7 +19,8 @@ import torch
 from ..errors import SpecrejError
 from . import gemma3, llama
 from .compiled import resolve_compile
-from .decoding import ForwardPass, PrefilledPrompt, Rollout, sampler_copies
+from .decoding import ForwardPass, PrefilledPrompt, Rollout
+from .sampler import sampler_copies
 from .gemma3 import Gemma3Forward
 from .hf_forward import HFForward
 from .llama import LlamaForward
@@ -110,12 +111,14 @@ class Engine:
 
     # -- decoding ----------------------------------------------------------------------------
     def rollout(self, prompt: PrefilledPrompt, rows: int, max_len: int, params: SamplingParams,
-                generator: torch.Generator, first_candidate_id: int = 0, top_k_logprobs: int = 0) -> Rollout:
+                generator: torch.Generator, first_candidate_id: int = 0, top_k_logprobs: int = 0,
+                token_certainty: bool = False) -> Rollout:
         """`rows` rows sampling from `prompt` (from `prefill`) with this engine's forward pass, stop
         tokens and chunk sizes (as they are now: a rollout keeps them)."""
         return Rollout(self.forward, prompt, rows, max_len, params, generator, first_candidate_id,
                        stop_token_ids=self.stop_token_ids, sample_chunk_rows=self.sample_chunk_rows,
-                       decode_chunk_bytes=self.decode_chunk_bytes, top_k_logprobs=top_k_logprobs)
+                       decode_chunk_bytes=self.decode_chunk_bytes, top_k_logprobs=top_k_logprobs,
+                       token_certainty=token_certainty)
 
     def memory_margin(self, prompt_len: int, rows: int, params: SamplingParams) -> int:
         """Bytes beside the KV budget that a prompt's run with at most `rows` rows may allocate

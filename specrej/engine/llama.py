@@ -288,7 +288,7 @@ class LlamaForward:
         """Run the transformer on token_ids [rows, seq] at positions first_pos...: per layer, `run`'s
         two halves around `attend(layer, q, k, v)`, which supplies attention. Returns the final
         (normed) hidden state of the last position, [rows, hidden]: logits are made from it in row
-        chunks (see `decoding.sample`).
+        chunks (see `sampler.sample`).
 
         `layer_states` [len(layers) + 1, rows, hidden], if given, receives the last position's state
         as transformers' output_hidden_states gives it: the embedding output (Gemma 3: scaled), each

@@ -1,5 +1,5 @@
 """The sampling settings (`SamplingParams`) and the checks of integer options; torch-free. The
-sampler itself is `decoding.sample`."""
+sampler itself is `sampler.sample`."""
 
 from __future__ import annotations
 

@@ -215,6 +215,9 @@ class Method:
     what the parameters must satisfy together (e.g. n_init <= n), with the others, before any model
     loads: `requires(values) -> str | None` gets every parameter's checked value by name (None: not
     set) and returns None when they fit together, else the one-line message the user sees.
+    `selection` is the rule that picks a prompt's answer among the completed responses
+    (`records.answers.SELECT_RULES`) unless the run names another (`--selection`): "reward" (eq. 6)
+    for the methods that maximise a reward, "vote" for one whose answer is the majority's.
     """
 
     name: str
@@ -229,6 +232,7 @@ class Method:
     step_seconds: float | None = None
     # what the parameters must satisfy together: a message when they do not (None: they do)
     requires: Callable[[Mapping], str | None] | None = None
+    selection: str = "reward"
 
     def __post_init__(self):
         for key, value in (("name", self.name), ("record_method", self.record_method)):

@@ -20,7 +20,8 @@ from ..errors import SpecrejError
 from ..records import flops
 from ..records.result import Result
 from ..rewards.reward import Reward
-from .session import BatchOutOfMemory, FlopShapes, Session
+from .out_of_memory import BatchOutOfMemory
+from .session import FlopShapes, Session
 from .surface import REMOVED, replaced
 
 
@@ -47,14 +48,15 @@ def measure_memory_default(device: torch.device) -> bool:
 def run_method(method, params, engine, reward: Reward, prompt: str, *, sampling: SamplingParams = SamplingParams(),
                seed: int = 0, memory_budget: int | None = None, measure_memory: bool | None = None,
                shapes: FlopShapes | None = None, run_params: Mapping = MappingProxyType({}),
-               prompt_id: int | str | None = None) -> Result:
+               prompt_id: int | str | None = None, answer_extract: str = "first-number") -> Result:
     """`method` (a `Method`) with its checked `params` on one prompt. Out of memory (CUDA, or the
     host) in a batch of the method's `batch_param` (Best-of-N: the same n in more batches; SR: half
     the initial batch), the prompt runs again from the start with half that batch, until a batch of
     one fails too; `Result.retries` counts the retries and the batch that succeeded is in its
     params. Responses are never cut short to make room. `measure_memory`: see
     `measure_memory_default` (None: that default); `run_params`: the run's part of the result's
-    params (`record_params`); `prompt_id`: the prompt's id in its file, as the session gives it."""
+    params (`record_params`); `prompt_id`: the prompt's id in its file, as the session gives it;
+    `answer_extract`: how the session finds a response's answer (`Session.answer`)."""
     if measure_memory is None:
         measure_memory = measure_memory_default(engine.device)
     retries = 0
@@ -62,7 +64,8 @@ def run_method(method, params, engine, reward: Reward, prompt: str, *, sampling:
         try:
             meter = PeakMemory(engine.device) if measure_memory else None
             with meter or contextlib.nullcontext():
-                session = Session(engine, reward, prompt, sampling, seed, memory_budget, shapes, prompt_id)
+                session = Session(engine, reward, prompt, sampling, seed, memory_budget, shapes, prompt_id,
+                                  answer_extract)
                 recorded = call_run(method, session, params)
                 result = session.finish(method.record_method or method.name, recorded, run_params)
             result.measured_peak_bytes = meter.peak_bytes if meter else None

@@ -25,7 +25,7 @@ def register(method: Method) -> Method:
 
 
 # the package's modules that declare no method
-_NOT_METHODS = {"base", "registry", "session", "prompt_run", "surface"}
+_NOT_METHODS = {"base", "out_of_memory", "registry", "session", "prompt_run", "surface"}
 
 
 def built_in() -> dict[str, Method]:

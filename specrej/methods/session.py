@@ -8,7 +8,6 @@ specrej/records/result.py), whose params `record_params` builds, here alone.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -22,43 +21,11 @@ from ..engine.sampling import SamplingParams
 from ..engine.work_clock import WorkClock
 from ..errors import SpecrejError
 from ..records import flops
+from ..records.answers import extract_answer
 from ..records.result import Candidate, Result, Round
-from ..rewards.reward import Response, Reward, finite_scores
+from ..rewards.reward import Response, Reward, finite_scores, reads_certainty
+from .out_of_memory import typed_out_of_memory
 from .surface import refused, refuses
-
-
-class BatchOutOfMemory(Exception):
-    """Out of memory (CUDA, or the host) during a session: `rows` is the first batch it started
-    (None: it failed before any, e.g. in the prefill), `detail` the error in one line."""
-
-    def __init__(self, rows: int | None, detail: str):
-        super().__init__(f"out of memory with a batch of {rows}: {detail}")
-        self.rows, self.detail = rows, detail
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """torch's OutOfMemoryError (CUDA), the host allocator's failure (a RuntimeError from
-    DefaultCPUAllocator) or Python's MemoryError."""
-    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or (
-        isinstance(error, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(error))
-
-
-def _typed_out_of_memory(step):
-    """A `Session` call whose out-of-memory error becomes `BatchOutOfMemory` with the session's first
-    batch; raised after the except block, so the failed call's frames (its tensors) are gone."""
-
-    @functools.wraps(step)
-    def run_step(self, *args, **kwargs):
-        try:
-            return step(self, *args, **kwargs)
-        except Exception as error:
-            if not is_out_of_memory(error):
-                raise
-            text = str(error).splitlines()[0] if str(error) else ""
-            failure = BatchOutOfMemory(self.first_batch, f"{type(error).__name__}: {text}")
-        raise failure
-
-    return run_step
 
 
 @dataclass(frozen=True)
@@ -127,10 +94,10 @@ class Session:
     Its other members (`engine`, `reward`, `budget`, `finish`, `rollouts`, the counters) are the
     session's own book-keeping."""
 
-    @_typed_out_of_memory
+    @typed_out_of_memory
     def __init__(self, engine, reward: Reward, prompt: str, sampling: SamplingParams, seed: int,
                  memory_budget: int | None = None, shapes: FlopShapes | None = None,
-                 prompt_id: int | str | None = None):
+                 prompt_id: int | str | None = None, answer_extract: str = "first-number"):
         self.first_batch: int | None = None  # rows of the first batch started (BatchOutOfMemory.rows)
         if not prompt.strip():
             raise SpecrejError("empty prompt")
@@ -138,6 +105,7 @@ class Session:
         self.clock = WorkClock(engine.device)  # wall seconds of the generate and score parts; the run's compute
         self.engine, self.reward, self.prompt, self.sampling, self.seed = engine, reward, prompt, sampling, seed
         self.prompt_id = prompt_id
+        self.answer_extract = answer_extract  # how `answer` finds a response's answer (`records.answers`)
         self.shapes = shapes
         self.prompt_ids = engine.encode_prompt(prompt)
         engine.check_fits(len(self.prompt_ids), sampling.max_new_tokens)
@@ -155,6 +123,7 @@ class Session:
         self.prefilled = None
         self.max_rows = 0
         self.extra_bytes = 0  # memory a method holds beside the KV budget (`reserve`)
+        self.certainty_bytes = 0  # the self-certainty buffers' most, for a reward that reads them
         self.scored_lengths: list[int] = []  # response tokens of every response given to the reward
         self.warned_nonfinite = False
 
@@ -196,7 +165,7 @@ class Session:
         return self.prefilled.layer_states
 
     # -- batches and decoding ---------------------------------------------------------------
-    @_typed_out_of_memory
+    @typed_out_of_memory
     def start(self, rows: int, max_len: int | None = None, *, layer_states: bool = False,
               top_logprobs: int = 0) -> RolloutBatch:
         """A batch of `rows` new candidates sampling from the prompt, each with room for `max_len`
@@ -215,13 +184,16 @@ class Session:
         first = len(self.candidates)
         self.candidates += [Candidate(first + i) for i in range(rows)]
         max_len = self.budget.row_length(rows, self.sampling.max_new_tokens) if max_len is None else max_len
+        certainty = reads_certainty(self.reward)
         rollout = self.engine.rollout(self.prefilled, rows, max_len, self.sampling, self.generator, first,
-                                      top_k_logprobs=top_logprobs)
+                                      top_k_logprobs=top_logprobs, token_certainty=certainty)
+        if certainty:  # its per-row buffer and one copy read out, beside what Engine.memory_margin counts
+            self.certainty_bytes = max(self.certainty_bytes, 2 * rows * self.sampling.max_new_tokens * 4)
         rollout.collect_layer_states = layer_states
         self.rollouts.append(rollout)
         return RolloutBatch(rollout)
 
-    @_typed_out_of_memory
+    @typed_out_of_memory
     def decode(self, batch: RolloutBatch, until: Iterable[int] = ()) -> list[Candidate]:
         """Decode until every row is complete, the next token would not fit the budget (rows left
         live: memory ran short), or the length reaches one in `until` beyond the current one; the
@@ -235,7 +207,7 @@ class Session:
         """The batch's next step fits the budget (its rows are re-laid out if that is needed)."""
         return make_room(batch.rollout, self.budget)
 
-    @_typed_out_of_memory
+    @typed_out_of_memory
     def step(self, batch: RolloutBatch) -> list[Candidate]:
         """One token for every live row (the next step must fit: `make_room`); the candidates it
         completed are returned."""
@@ -280,7 +252,11 @@ class Session:
         self.extra_bytes += num_bytes
 
     # -- scoring ----------------------------------------------------------------------------
-    @_typed_out_of_memory
+    def answer(self, candidate: Candidate) -> str | None:
+        """The answer in `candidate`'s response by the prompt's extract rule (`records.answers`)."""
+        return extract_answer(candidate.text, self.answer_extract)
+
+    @typed_out_of_memory
     def score_partial(self, candidates: Sequence[Candidate]) -> list[float]:
         """The reward of each candidate's response as it is now (a live row's so far)."""
         rollout = self._current_rollout(required=False)
@@ -289,7 +265,7 @@ class Session:
             self._update(rollout.partial_outputs(), complete=False)
         return self._score(candidates)
 
-    @_typed_out_of_memory
+    @typed_out_of_memory
     def score_final(self, candidates: Sequence[Candidate]) -> list[float]:
         """The reward of each complete response; kept as its `final_score`."""
         scores = self._score(candidates)
@@ -301,8 +277,8 @@ class Session:
         if not candidates:
             return []
         with self.clock.measure("score"):
-            scores = self.reward.score(self.prompt, [Response(c.text, c.token_ids, c.token_logprobs)
-                                                     for c in candidates])
+            scores = self.reward.score(self.prompt, [Response(c.text, c.token_ids, c.token_logprobs,
+                                                              c.token_certainties) for c in candidates])
         self.scored_lengths += [c.num_tokens for c in candidates]
         # one warning per prompt: a broken reward would flood the log
         scores, nonfinite = finite_scores(scores, self.reward, repr(self.prompt[:60]), warn=not self.warned_nonfinite,
@@ -311,7 +287,7 @@ class Session:
         return scores
 
     # -- the record ---------------------------------------------------------------------------
-    @_typed_out_of_memory
+    @typed_out_of_memory
     def finish(self, method: str, params: dict, run_params: Mapping = MappingProxyType({})) -> Result:
         """The run's result: every complete candidate scored, the batches' memory freed; its params
         are `record_params` of the method's `params`, the session's and the run's `run_params`."""
@@ -324,7 +300,7 @@ class Session:
             tokens={"generated": sum(r.tokens_generated for r in self.rollouts), "scored": sum(self.scored_lengths)},
             peak_kv_bytes=max((r.cache.peak_bytes for r in self.rollouts), default=0),
             memory_margin_bytes=self.engine.memory_margin(len(self.prompt_ids), self.max_rows, self.sampling)
-            + self.extra_bytes,
+            + self.extra_bytes + self.certainty_bytes,
             flops=self._flops(),
         )
 
@@ -362,6 +338,7 @@ class Session:
         for out, text in zip(outputs, texts):
             c = self.candidates[out.candidate_id]
             c.text, c.token_ids, c.token_logprobs = text, out.token_ids, out.token_logprobs
+            c.token_certainties = out.token_certainties
             c.finished, c.complete = out.stopped, complete
 
     def _current_rollout(self, required: bool = True) -> Rollout | None:

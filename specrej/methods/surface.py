@@ -176,3 +176,7 @@ class MethodSession(Protocol):
     def record_round(self, decision: Round) -> int: ...  # a decision in the record; returns its index
 
     def reserve(self, num_bytes: int) -> None: ...  # memory held beside the KV budget (the record's margin)
+
+    def answer(self, candidate: Candidate) -> str | None:
+        """The answer in a candidate's response as the prompt's `extract` rule finds it (first-number for
+        a prompt without one), normalised as votes compare answers; None: it holds none."""

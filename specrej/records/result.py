@@ -10,8 +10,9 @@ from dataclasses import asdict, dataclass, field
 class Candidate:
     """One response of a run, as the session keeps it (`Session.candidates[id]`). Its fields: `id`
     (its index in the run, in the order rows were started), `text`, `token_ids` and
-    `token_logprobs` (the response: complete, or so far as of the last `live`, `score_partial` or `halt`), `finished`,
-    `complete`, `halted_round`, `round_scores` and `final_score` (see each field's comment);
+    `token_logprobs` (the response: complete, or so far as of the last `live`, `score_partial` or `halt`),
+    `token_certainties` (each token's distribution's self-certainty, kept when the reward reads them),
+    `finished`, `complete`, `halted_round`, `round_scores` and `final_score` (see each field's comment);
     `num_tokens` is len(token_ids)."""
 
     id: int
@@ -23,6 +24,7 @@ class Candidate:
     halted_round: int | None = None  # the round that halted it while live (a complete response never is)
     round_scores: list[float] = field(default_factory=list)  # its score at each round it took part in
     final_score: float | None = None  # reward of the complete response
+    token_certainties: list[float] = field(default_factory=list)  # empty unless the reward reads them
 
     @property
     def num_tokens(self) -> int:
@@ -85,6 +87,10 @@ class Result:
         for c in self.candidates:
             record = asdict(c)
             record["token_logprobs"] = [round(x, 5) for x in c.token_logprobs]
+            if c.token_certainties:  # a record holds them only when they were kept
+                record["token_certainties"] = [round(x, 5) for x in c.token_certainties]
+            else:
+                del record["token_certainties"]
             record["num_tokens"] = c.num_tokens
             candidates.append(record)
         return {

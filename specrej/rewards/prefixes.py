@@ -22,7 +22,9 @@ read Best-of-N runs, where every candidate is complete.
 
 `final_score` comes from the record when its `params.reward` is the reward used here;
 otherwise the full response is scored again with this reward. `logprob` prefixes are the mean
-of the first tau recorded `token_logprobs` (stored rounded to 5 decimals) and need no model.
+of the first tau recorded `token_logprobs` (stored rounded to 5 decimals) and need no model;
+`self-certainty` prefixes the mean of the first tau `token_certainties` (recorded by a run whose
+reward was self-certainty).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from tqdm.auto import tqdm
 from ..engine.sampling import check_int
 from ..errors import SpecrejError
 from ..records.io import PREFIX_COLUMNS, PREFIX_DTYPES, read_records
-from .reward import LogProbReward, Response, Reward, finite_scores
+from . import GENERATOR_REWARDS
+from .reward import Response, Reward, finite_scores
 
 Decode = Callable[[list[list[int]]], list[str]]
 
@@ -66,13 +69,13 @@ def score_prefixes(records: Iterable[dict], reward: Reward, decision_tokens: Ite
 
     `decode` turns lists of generator token ids into texts (the generator tokenizer's
     `batch_decode(..., skip_special_tokens=True)`, as the engine does); it may be None only for
-    the `logprob` reward, which reads log-probs instead of text. `reward_name` (default
-    `reward.name`) is compared with each record's `params.reward` to decide whether its final
-    scores can be reused. Error records are skipped. One `reward.score` call per prompt scores
+    the rewards that read the generator's numbers instead of text (`GENERATOR_REWARDS`).
+    `reward_name` (default `reward.name`) is compared with each record's `params.reward` to decide
+    whether its final scores can be reused. Error records are skipped. One `reward.score` call per prompt scores
     all of its prefixes (grouped by tau, so a reward model pads little) and any final responses.
     """
     taus = check_decision_tokens(decision_tokens)
-    text_free = isinstance(reward, LogProbReward)
+    text_free = getattr(reward, "name", None) in GENERATOR_REWARDS
     if decode is None and not text_free:
         raise SpecrejError(f"reward {getattr(reward, 'name', reward)!r} scores text: prefixes must be decoded with "
                            "the generator's tokenizer (pass --model, or decode=)")
@@ -102,6 +105,7 @@ def _score_record(record: dict, reward: Reward, taus: list[int], decode: Decode 
         if not c["complete"]:
             continue
         ids, logprobs = c.get("token_ids"), list(c.get("token_logprobs") or ())
+        certainties = list(c.get("token_certainties") or ())
         if ids is None:
             raise SpecrejError(f"prompt {pid} candidate {c.get('id')}: no token_ids, so prefixes cannot be cut "
                                "at token boundaries")
@@ -109,15 +113,16 @@ def _score_record(record: dict, reward: Reward, taus: list[int], decode: Decode 
             raise SpecrejError(f"prompt {pid} candidate {c.get('id')}: {len(logprobs)} token_logprobs for "
                                f"{len(ids)} tokens; the logprob reward needs one per token")
         final = c.get("final_score") if reuse_final else None
-        candidates.append((c, list(ids), logprobs, final))
+        candidates.append((c, list(ids), (logprobs, certainties), final))
     skipped = len(record["candidates"]) - len(candidates)
 
     # one reward call per prompt: prefixes shorter than the response, grouped by tau, then finals
     cuts = [(i, tau) for tau in taus for i, (_, ids, _, _) in enumerate(candidates) if tau < len(ids)]
     texts = decode([candidates[i][1][:tau] for i, tau in cuts]) if cuts and not text_free else [""] * len(cuts)
-    responses = [Response(text, candidates[i][1][:tau], candidates[i][2][:tau]) for (i, tau), text in zip(cuts, texts)]
+    responses = [Response(text, candidates[i][1][:tau], *(values[:tau] for values in candidates[i][2]))
+                 for (i, tau), text in zip(cuts, texts)]
     rescore = [i for i, (_, _, _, final) in enumerate(candidates) if final is None]
-    responses += [Response(candidates[i][0].get("text", ""), candidates[i][1], candidates[i][2]) for i in rescore]
+    responses += [Response(candidates[i][0].get("text", ""), candidates[i][1], *candidates[i][2]) for i in rescore]
     scores = []
     if responses:
         scores, _ = finite_scores([float(s) for s in reward.score(record["prompt"], responses)], reward, pid,
@@ -202,7 +207,7 @@ def score_prefix_file(trajectories: str | os.PathLike, out: str | os.PathLike, *
         raise SpecrejError(f"no complete records in {path}")
     if all("error" in r for r in records):
         raise SpecrejError(f"every record of {path} is an error record: nothing to score")
-    scores_text = reward != LogProbReward.name  # only then is the generator's tokenizer needed
+    scores_text = reward not in GENERATOR_REWARDS  # only then is the generator's tokenizer needed
     if scores_text and model is None:
         model, recorded_revision = _recorded_generator(records, path)
         model_revision = model_revision if model_revision is not None else recorded_revision

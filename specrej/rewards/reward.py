@@ -2,11 +2,13 @@
 
     reward.score(prompt, responses) -> list[float]
 
-`responses` are `Response`s (text, the generator's token ids and their log-probs), so a reward
-can use text (reward models, Python callables) or the generator's own log-probs (`logprob`).
+`responses` are `Response`s (text, the generator's token ids, their log-probs and, for a reward
+that reads them, their distributions' self-certainties), so a reward can use text (reward models,
+Python callables) or the generator's own numbers (`logprob`, `self-certainty`).
 
 Specs accepted by `load_reward` (and `--reward`):
   logprob                  mean token log-probability under the generator (paper §5.3)
+  self-certainty           mean self-certainty of the generator's distributions (Kang et al. 2025)
   python:module:function   any callable (prompt, list[str]) -> list[float]
   <hub id or directory>    a sequence-classification reward model with a scalar output
 """
@@ -24,6 +26,7 @@ import torch
 
 from ..errors import SpecrejError
 from ..models.loading import check_revision, load_reward_model
+from . import GENERATOR_REWARDS
 
 
 @dataclass(frozen=True)
@@ -31,9 +34,14 @@ class Response:
     text: str
     token_ids: Sequence[int] = ()
     token_logprobs: Sequence[float] = ()
+    token_certainties: Sequence[float] = ()  # filled only for a reward with reads_certainty
 
 
 class Reward(Protocol):
+    """`score` gives one float per response, larger better. A reward whose `reads_certainty` is
+    True (an optional attribute, default False) is given each token's self-certainty, which the
+    sampler then computes while it draws (`sampler.self_certainty`)."""
+
     name: str
 
     def score(self, prompt: str, responses: Sequence[Response]) -> list[float]: ...
@@ -62,6 +70,36 @@ class LogProbReward:
     def score(self, prompt: str, responses: Sequence[Response]) -> list[float]:
         return [math.fsum(r.token_logprobs) / len(r.token_logprobs) if r.token_logprobs else float("-inf")
                 for r in responses]
+
+
+class SelfCertaintyReward:
+    """Self-certainty (Kang et al. 2025, "Scalable Best-of-N Selection for Large Language Models
+    via Self-Certainty", eq. 3; code backprop07/Self-Certainty `confidence_logits`): the mean over
+    the response's tokens of KL(U || p_t), the divergence from the uniform distribution over the
+    vocabulary to the generator's untempered distribution p_t that token t was drawn from. It
+    needs no reward model and no second forward pass: the sampler computes each KL from the logits
+    it draws from (`Response.token_certainties`).
+
+    Where it departs from the official code: that code runs the model again over prompt and
+    response and averages the distributions at the response's positions, i.e. those that predict
+    its tokens 2..n and the token after it; here the n distributions that drew tokens 1..n are
+    averaged (the distribution after the last token drew the stop token, or none), which is also
+    what a prefix of t tokens has, so a partial score is the mean over its t tokens."""
+
+    name = "self-certainty"
+    reads_certainty = True
+
+    def score(self, prompt: str, responses: Sequence[Response]) -> list[float]:
+        if any(len(r.token_certainties) != len(r.token_ids) for r in responses):
+            raise SpecrejError("the self-certainty reward needs each token's self-certainty: the responses were "
+                               "sampled without them (a run's reward must be self-certainty while it samples)")
+        return [math.fsum(r.token_certainties) / len(r.token_certainties) if r.token_certainties else float("-inf")
+                for r in responses]
+
+
+def reads_certainty(reward: Reward) -> bool:
+    """Whether `reward` scores the generator's self-certainties (the sampler must keep them)."""
+    return bool(getattr(reward, "reads_certainty", False))
 
 
 class CallableReward:
@@ -129,7 +167,7 @@ class SequenceClassificationReward:
 def check_reward_revision(spec: str, revision: str | None) -> None:
     """Refuse a `revision` for a reward that is no hub id: logprob, a python: callable, a local
     reward model (`loading.check_revision`)."""
-    if revision is not None and (spec == "logprob" or spec.startswith("python:")):
+    if revision is not None and (spec in GENERATOR_REWARDS or spec.startswith("python:")):
         raise SpecrejError(f"--reward-revision {revision} pins a reward model's Hugging Face hub id, but {spec} is "
                            "no model: drop --reward-revision")
     check_revision(spec, revision, "reward")
@@ -142,6 +180,8 @@ def load_reward(spec: str, *, dtype: str = "auto", device: str = "auto", trust_r
     check_reward_revision(spec, revision)  # before the wrapping below: its message stands alone
     if spec == "logprob":
         return LogProbReward()
+    if spec == "self-certainty":
+        return SelfCertaintyReward()
     if spec.startswith("python:"):
         module_name, _, function_name = spec.removeprefix("python:").partition(":")
         try:
@@ -154,6 +194,6 @@ def load_reward(spec: str, *, dtype: str = "auto", device: str = "auto", trust_r
                                             revision=revision, batch_size=batch_size)
     except SpecrejError as error:
         raise SpecrejError(
-            f"unknown reward {spec!r}: expected 'logprob', 'python:module:function', or a reward model "
+            f"unknown reward {spec!r}: expected 'logprob', 'self-certainty', 'python:module:function', or a reward model "
             f"id/directory ({error})"
         ) from error

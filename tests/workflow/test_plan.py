@@ -59,7 +59,7 @@ def config(raw_config):
 def test_validation_fills_the_schemas_defaults(config):
     assert config["sampling"] == {"max_new_tokens": 256, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "seed": 0}
     assert config["methods"][1] == {"name": "sr", "grid": {"alpha": [0.5, 0.25]}, "shard_size": None,
-                                    "memory_budget": None, "calibration_prompts": None}
+                                    "memory_budget": None, "calibration_prompts": None, "rewards": None}
     assert config["rewards"]["logprob"] == {"model": "logprob", "dtype": None, "trust_remote_code": False,
                                             "batch_size": 16}
     assert config["correlation"]["n"] == 32 and config["evaluation"]["judge"] is None
@@ -86,7 +86,7 @@ def test_results_dir_is_named_once_whatever_its_spelling(raw_config):
      "or null for the engine's default"),
     (lambda c: c["methods"][1].update(alphas=[0.5]),
      "invalid config: methods[1]: Additional properties are not allowed ('alphas' was unexpected) (allowed keys: "
-     "calibration_prompts, grid, memory_budget, name, shard_size)"),
+     "calibration_prompts, grid, memory_budget, name, rewards, shard_size)"),
     (lambda c: c.pop("pairs"), "invalid config: (top level): 'pairs' is a required property"),
     (lambda c: c.update(results_dir="my results"),
      "invalid config: results_dir: 'my results' is not valid: expected a folder without whitespace"),
@@ -294,7 +294,7 @@ def test_method_args_adaptive_sr(config):
     run = plan.method_settings(config)[("sr", "delta0.2")]
     assert run == {"spec": "sr-adaptive", "params": {"delta": 0.2, "alpha": 0.5, "batch_size": 64,
                                                      "decision_tokens": [8, 16]},
-                   "fit_param": "fit", "memory_budget": "64MiB"}
+                   "fit_param": "fit", "memory_budget": "64MiB", "rewards": None}
     fit = plan.calibration_fit_file("results", "g--logprob")
     assert job_options.method_args(config, config["pairs"][1], run["spec"], {**run["params"], "fit": fit},
                                    run["memory_budget"]) == (
@@ -553,7 +553,7 @@ def test_method_settings_in_the_entries_order_the_entry_fitting_on_held_out_prom
     assert list(runs) == [("sr", "alpha0.5"), ("sr", "alpha0.25"), ("sr-random", "alpha0.7"), ("sr-random", "alpha0.5"),
                           ("sr", "delta0.2")]  # adaptive SR's records say "sr": its run files sit beside SR's
     assert runs[("sr-random", "alpha0.7")] == {"spec": "sr-random", "params": {"alpha": 0.7, "min_tokens": 4},
-                                               "fit_param": None, "memory_budget": None}
+                                               "fit_param": None, "memory_budget": None, "rewards": None}
     # no entry takes another's settings: SR's batch size is SR's alone
     assert runs[("sr", "alpha0.5")]["params"] == {"alpha": 0.5, "batch_size": 64}
     args = shlex.split(job_options.method_args(config, config["pairs"][1], "sr-random", {"alpha": 0.7, "min_tokens": 4}))

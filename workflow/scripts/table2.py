@@ -1,5 +1,5 @@
 """Table 2 (perplexity and speedup per method and generator, under the table2_reward, the
-paper's log-prob reward) as CSV (values and interval ends as numbers), Markdown and LaTeX
+paper's log-prob reward; per pair where it names several rewards) as CSV (values and interval ends as numbers), Markdown and LaTeX
 ("value [lo, hi]": prompt-level paired bootstrap intervals from results/metrics/summary.csv),
 with notes on the intervals and on excluded prompts; a method setting that completed no response
 on any prompt is a row of "--" whose CSV `status` (and the note) says so."""
@@ -29,6 +29,8 @@ if rows.empty:
 silent = no_response_rows(snakemake.input.failed, params.pairs)  # noqa: F821
 if not rows.empty and not silent.empty:  # a setting without a response: a row that says so, not no row
     rows = pd.concat([rows, silent.drop(columns="status")], ignore_index=True)
+if rows["reward"].nunique() > 1:  # several rewards of one generator: a column group per pair
+    rows = rows.assign(generator=rows["pair"])
 table = table2_perplexity_speedup(rows)
 write_table(table, out.csv.removesuffix(".csv"))
 if notes:
