@@ -24,6 +24,7 @@ import torch
 
 from specrej.api import load_engine
 from specrej.engine import decoding
+from specrej.engine.compiled import CompiledForward
 
 
 def forced_logprobs(forward, prompt_ids: list[int], responses: list[list[int]]) -> torch.Tensor:
@@ -58,7 +59,7 @@ def main() -> None:
     engine = load_engine(args.model, dtype="bfloat16", device="cpu")
     reference = load_engine(args.model, dtype="float32", device="cpu").model
     eager = engine.forward
-    compiled = type(eager)(engine.model, compile=True)
+    compiled = CompiledForward(type(eager)(engine.model))
     diffs = {"eager": [], "compiled": []}
     between = []
     for record in records:

@@ -49,7 +49,6 @@ Nothing here is a test: it prints what it measured, and the command that reprodu
 from __future__ import annotations
 
 import argparse
-import copy
 import functools
 import json
 import platform
@@ -64,6 +63,7 @@ import torch
 from engine_peers import CT2_COMPUTE_TYPES, LLAMACPP_TYPES, peer_timers, time_hf  # benchmarks/, beside this script
 from specrej.api import load_engine
 from specrej.engine import decoding
+from specrej.engine.compiled import CompiledForward
 from specrej.engine.engine import Engine
 from specrej.engine.hf_forward import HFForward
 from specrej.engine.sampling import SamplingParams
@@ -108,15 +108,10 @@ def forward_engines(engine: Engine, names: list[str]) -> dict[str, Engine]:
         if name == "own":
             engines[f"specrej ({forward_family(engine)})"] = engine
         elif name in ("unpacked", "compiled"):
-            variant = copy.copy(engine)
-            variant.forward = type(engine.forward)(engine.model, compile=name == "compiled",
-                                                   pack_weights=name != "unpacked")
-            engines[f"specrej ({name})"] = variant
+            forward = type(engine.forward)(engine.model, pack_weights=name != "unpacked")
+            engines[f"specrej ({name})"] = engine.with_forward(CompiledForward(forward) if name == "compiled" else forward)
         elif name == "fallback":
-            fallback = copy.copy(engine)
-            fallback.forward = HFForward(engine.model)
-            fallback.forward_kind = fallback.forward.kind
-            engines["specrej (fallback)"] = fallback
+            engines["specrej (fallback)"] = engine.with_forward(HFForward(engine.model))
         else:
             raise SystemExit(f"--forward: unknown forward pass {name!r} (own, unpacked, compiled, fallback)")
     return engines

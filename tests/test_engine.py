@@ -158,7 +158,7 @@ def test_decoding_in_row_chunks_matches_one_chunk(generator_dir):
 
     engine = load_engine(str(generator_dir))
     runs = []
-    for chunk_bytes in (engine.decode_chunk_bytes, 3 * engine.forward.decode_row_bytes(64)):
+    for chunk_bytes in (engine.decode_chunk_bytes, 3 * engine.forward.footprint.decode_row_bytes(64)):
         engine.decode_chunk_bytes = chunk_bytes
         prompt_ids, rollout = new_rollout(engine, rows=8, seed=5)
         for _ in range(6):
@@ -184,13 +184,20 @@ def test_the_llama_forward_implements_the_forward_pass_interface(engine):
     """What a fallback forward pass must provide: every member of decoding.ForwardPass."""
     from specrej.engine.decoding import ForwardPass
 
-    members = set(ForwardPass.__annotations__) | {
-        name for name, value in vars(ForwardPass).items() if callable(value) and not name.startswith("_")}
-    assert {"forward_prompt", "forward_step", "logits", "new_cache", "kv_bytes_per_token",
-            "kind", "chunked_decode", "extra_cache_bytes"} <= members
-    assert not [name for name in members if not hasattr(engine.forward, name)]
+    from specrej.engine.budget import Footprint
+
+    def members(protocol):
+        return set(protocol.__annotations__) | {
+            name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")}
+
+    step, footprint = members(ForwardPass), members(Footprint)
+    assert {"forward_prompt", "forward_step", "logits", "new_cache", "kind", "chunked_decode", "footprint"} <= step
+    assert footprint == {"kv_bytes_per_token", "decode_row_bytes", "prefill_bytes", "extra_cache_bytes"}
+    assert len(step) <= 14 and not step & footprint  # the step and the bytes, apart
+    assert not [name for name in step if not hasattr(engine.forward, name)]
+    assert not [name for name in footprint if not hasattr(engine.forward.footprint, name)]
     assert engine.forward.kind == "llama" and engine.forward.chunked_decode is True
-    assert engine.forward.extra_cache_bytes(40, 1000) == 0  # a KVCache holds what the budget counts
+    assert engine.forward.footprint.extra_cache_bytes(40, 1000) == 0  # a KVCache holds what the budget counts
 
 
 def test_the_prompt_state_is_the_forward_pass_own(engine):

@@ -12,7 +12,6 @@ Tolerances: float32, absolute 1e-4 on logits (the same model, a different order 
 bfloat16, see BF16_ATOL.
 """
 
-import copy
 import json
 import logging
 import os
@@ -212,7 +211,7 @@ def test_the_memory_bounds_hold_measured(model_dir, model_type, dtype):
     prompt_ids = (engine.encode_prompt(PROMPT) * 4)[:40]
     with torch.inference_mode(), PeakMemory("cpu") as meter:  # as decoding.prefill runs it
         state, _ = fwd.forward_prompt(torch.tensor([prompt_ids]))
-    assert meter.peak_bytes <= fwd.prefill_bytes(40) + 40 * fwd.kv_bytes_per_token
+    assert meter.peak_bytes <= fwd.footprint.prefill_bytes(40) + 40 * fwd.footprint.kv_bytes_per_token
     cache = fwd.new_cache()
     cache.share_prompt(state)
     cache.allocate(rows, 4)
@@ -220,7 +219,7 @@ def test_the_memory_bounds_hold_measured(model_dir, model_type, dtype):
     for pos in range(4):
         with torch.inference_mode(), PeakMemory("cpu") as meter:
             fwd.forward_step(cache, tokens, pos)
-        assert 0 < meter.peak_bytes <= rows * fwd.decode_row_bytes(40 + pos + 1)
+        assert 0 < meter.peak_bytes <= rows * fwd.footprint.decode_row_bytes(40 + pos + 1)
 
 
 def test_an_encoder_gemma_is_refused(model_dir):
@@ -237,6 +236,14 @@ def test_an_encoder_gemma_is_refused(model_dir):
 # ------------------------------------------------------------------------------------------
 # packed weights (engine/linear.py) and the compiled decode step (engine/compiled.py)
 # ------------------------------------------------------------------------------------------
+
+
+def compiled_copy(engine):
+    """The engine with its decode step compiled (`compiled.CompiledForward` over a new forward pass
+    of the same model), as `load_engine(..., compile="on")` makes it."""
+    from specrej.engine.compiled import CompiledForward
+
+    return engine.with_forward(CompiledForward(type(engine.forward)(engine.model)))
 
 
 def run_rows(engine, prompt_ids, rows: int, steps: int = 12, temperature: float = 1.0):
@@ -264,8 +271,7 @@ def test_packed_weights_give_the_bits_of_f_linear(model_dir, model_type):
     weights as they are, at every batch size the rows pass through (prefill included)."""
     engine = engine_for(model_dir, model_type, "bfloat16")
     assert engine.forward.packed
-    plain = copy.copy(engine)
-    plain.forward = type(engine.forward)(engine.model, pack_weights=False)
+    plain = engine.with_forward(type(engine.forward)(engine.model, pack_weights=False))
     assert not plain.forward.packed
     prompt_ids = engine.encode_prompt(PROMPT)
     for rows in (1, 5, 16, 33):
@@ -319,6 +325,34 @@ def test_the_compiled_step_matches_eager_with_one_graph_per_row_range(model_dir,
     assert resolve_compile("auto", fast_path=True, device=torch.device("cpu")) is False
 
 
+def test_compiling_graphs_is_recorded_apart_from_the_compute(model_dir, tmp_path, monkeypatch):
+    """The first prompt of a compiled run on an empty cache compiles the step's and the sampler's
+    graphs: that time is its record's `timing.graphs_s` and is left out of its compute_s and
+    generate_s, so its compute stays with its neighbours' (with the compile counted it would be
+    tens of times theirs); a prompt that built no graph names none."""
+    import torch._dynamo
+
+    from specrej.cli.main import main
+    from specrej.records.io import read_records
+
+    monkeypatch.setenv("SPECREJ_CACHE", str(tmp_path / "cache"))  # nothing compiled yet
+    monkeypatch.setenv("SPECREJ_MEASURE_MEMORY", "0")
+    torch._dynamo.reset()
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n".join(f"{PROMPT} Number {i}." for i in range(4)) + "\n")
+    out = tmp_path / "run.jsonl"
+    assert main(["generate", "--model", str(model_dir("qwen3")), "--prompts", str(prompts), "--out", str(out),
+                 "--method", "bon", "--n", "16", "--max-new-tokens", "48", "--memory-budget", "64MiB",
+                 "--dtype", "float32", "--compile", "on", "--no-progress"]) == 0
+    timings = [r["timing"] for r in read_records(out)]
+    built = [t for t in timings if "graphs_s" in t]
+    assert built and built[0] is timings[0] and all(t["graphs_s"] > 0 for t in built)
+    plain = [t["compute_s"] for t in timings if "graphs_s" not in t]
+    # a first call's own costs (allocations, a warm cache) stay; the compile's seconds do not
+    assert plain and timings[0]["compute_s"] < 5 * max(plain) and timings[0]["compute_s"] < timings[0]["graphs_s"] / 10
+    assert timings[0]["generate_s"] < timings[0]["total_s"] - timings[0]["graphs_s"] + 1e-6
+
+
 @pytest.mark.parametrize("model_type", MODELS)
 def test_the_static_step_gives_eager_tokens_across_row_ranges_and_windows(model_dir, model_type):
     """The compiled step over the whole preallocated cache, masked (Gemma 3's sliding windows too:
@@ -327,8 +361,7 @@ def test_the_static_step_gives_eager_tokens_across_row_ranges_and_windows(model_
     of them are halted mid-way and the 46 left go on the 2-64 one); hidden states within float32
     rounding."""
     engine = engine_for(model_dir, model_type, "float32")
-    compiled = copy.copy(engine)
-    compiled.forward = type(engine.forward)(engine.model, compile=True)
+    compiled = compiled_copy(engine)
     prompt_ids = engine.encode_prompt(PROMPT * 3)
     assert len(prompt_ids) > SLIDING_WINDOW
     for rows in (1, 5, 16, 70):
@@ -336,7 +369,7 @@ def test_the_static_step_gives_eager_tokens_across_row_ranges_and_windows(model_
                 run_rows(engine, prompt_ids, rows), run_rows(compiled, prompt_ids, rows), strict=True):
             assert torch.equal(tokens, c_tokens)
             assert torch.allclose(hidden, c_hidden, atol=ATOL)
-    assert compiled.forward.compiled_step.row_ranges == {"1", "2-64", "65-"}
+    assert compiled.forward.row_ranges == {"1", "2-64", "65-"}
 
 
 def test_the_static_step_without_the_attention_kernel_gives_eager_tokens(model_dir, monkeypatch, tmp_path):
@@ -348,14 +381,13 @@ def test_the_static_step_without_the_attention_kernel_gives_eager_tokens(model_d
     monkeypatch.setattr(static_attention, "supported", lambda *args: False)
     monkeypatch.setenv("SPECREJ_CACHE", str(tmp_path))  # not the kernel's graphs, saved under the same key
     engine = engine_for(model_dir, "gemma3_text", "float32")
-    compiled = copy.copy(engine)
-    compiled.forward = type(engine.forward)(engine.model, compile=True)
+    compiled = compiled_copy(engine)
     prompt_ids = engine.encode_prompt(PROMPT * 3)
     for (tokens, _, hidden), (c_tokens, _, c_hidden) in zip(
             run_rows(engine, prompt_ids, 5), run_rows(compiled, prompt_ids, 5), strict=True):
         assert torch.equal(tokens, c_tokens)
         assert torch.allclose(hidden, c_hidden, atol=ATOL)
-    assert not compiled.forward.compiled_step.module.kernel
+    assert not compiled.forward.module.kernel
 
 
 def test_the_compiled_sampler_at_another_temperature_gives_eager_tokens(model_dir):
@@ -363,16 +395,15 @@ def test_the_compiled_sampler_at_another_temperature_gives_eager_tokens(model_di
     log-probs); any other temperature goes through the tempered graph: tokens and log-probs as
     eager's in float32."""
     engine = engine_for(model_dir, "qwen3", "float32")
-    compiled = copy.copy(engine)
-    compiled.forward = type(engine.forward)(engine.model, compile=True)
+    compiled = compiled_copy(engine)
     prompt_ids = engine.encode_prompt(PROMPT)
     for (tokens, logprobs, _), (c_tokens, c_logprobs, _) in zip(
             run_rows(engine, prompt_ids, 5, temperature=0.7), run_rows(compiled, prompt_ids, 5, temperature=0.7),
             strict=True):
         assert torch.equal(tokens, c_tokens)
         assert torch.allclose(logprobs, c_logprobs, atol=1e-5)
-    assert "sample-tempered-2-64" in compiled.forward.compiled_step.compiled
-    assert "sample-2-64" not in compiled.forward.compiled_step.compiled
+    assert "sample-tempered-2-64" in compiled.forward.compiled
+    assert "sample-2-64" not in compiled.forward.compiled
 
 
 COMPILED_ROLLOUT = """
@@ -385,7 +416,7 @@ prompt = decoding.prefill(engine.forward, engine.encode_prompt("Write a poem abo
 rollout = engine.rollout(prompt, 4, 3, SamplingParams(max_new_tokens=3), torch.Generator().manual_seed(0))
 while rollout.num_rows:
     rollout.step()
-step = engine.forward.compiled_step
+step = engine.forward
 print(json.dumps({"stats": torch._dynamo.utils.counters["stats"], "row_ranges": sorted(step.row_ranges),
                   "loaded": sorted(step.loaded)}))
 """
@@ -453,7 +484,7 @@ def test_the_compiled_samplers_inverse_cdf_finds_the_full_cumsums_index():
     on the whole cumulative sum gives, in float64 where rounding cannot tell them apart: vocabularies
     not a multiple of the block, draws at 0, at block boundaries and near 1, zero-weight tokens
     (never chosen), one positive token at the vocabulary's end."""
-    from specrej.engine.compiled import CDF_BLOCK, inverse_cdf
+    from specrej.engine.sampler import CDF_BLOCK, inverse_cdf
 
     generator = torch.Generator().manual_seed(0)
     for vocab in (7, CDF_BLOCK, 3 * CDF_BLOCK + 5):

@@ -157,7 +157,7 @@ def test_gemma3_sr_under_a_small_budget_past_the_sliding_window(gemma, monkeypat
     print(f"forward_kind={gemma.forward_kind} prompt={len(prompt_ids)} budget={budget} "
           f"rounds={[(r.decision_token, r.batch_before, r.batch_after) for r in sr.rounds]}")
     # the HF fallback holds each row's copy of the prompt in its sliding layers beside the budget
-    assert len(sr.rounds) >= 2 and sr.peak_kv_bytes <= budget + gemma.forward.extra_cache_bytes(len(prompt_ids), 4)
+    assert len(sr.rounds) >= 2 and sr.peak_kv_bytes <= budget + gemma.forward.footprint.extra_cache_bytes(len(prompt_ids), 4)
     assert sr.best is not None and sr.best.num_tokens > 0
     longest = max(sr.finalists, key=lambda c: c.num_tokens)
     assert len(prompt_ids) + longest.num_tokens > GEMMA_SLIDING_WINDOW

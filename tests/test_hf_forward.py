@@ -137,7 +137,7 @@ def test_fallback_memory_accounting_is_measured_from_the_models_cache(tiny_model
     cache's peak is what its storages held: each row's prompt copy included."""
     engine = load_engine(str(tiny_model_dir("olmo2")))
     fwd = engine.forward
-    assert fwd.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4  # k and v, 2 layers, 2 kv heads of 16, fp32
+    assert fwd.footprint.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4  # k and v, 2 layers, 2 kv heads of 16, fp32
     engine.stop_token_ids = torch.tensor([-1])
     prompt_ids, rollout = rollout_for(engine, rows=4)
     for _ in range(3):
@@ -145,11 +145,11 @@ def test_fallback_memory_accounting_is_measured_from_the_models_cache(tiny_model
     # olmo2's layers are all full attention: the prompt is held once, each row holds its 3 tokens fed
     layers = rollout.cache.cache.layers
     assert all(type(layer).__name__ == "SharedPromptLayer" for layer in layers)
-    held = (len(prompt_ids) + 4 * 3) * fwd.kv_bytes_per_token
+    held = (len(prompt_ids) + 4 * 3) * fwd.footprint.kv_bytes_per_token
     assert rollout.cache.allocated_bytes == held
-    in_flight = 4 * (len(prompt_ids) + 3) * fwd.kv_bytes_per_token // 2  # one layer's keys and values
+    in_flight = 4 * (len(prompt_ids) + 3) * fwd.footprint.kv_bytes_per_token // 2  # one layer's keys and values
     assert rollout.cache.peak_bytes == held + in_flight
-    assert fwd.extra_cache_bytes(len(prompt_ids), 4) == 4 * len(prompt_ids) * fwd.kv_bytes_per_token // 2
+    assert fwd.footprint.extra_cache_bytes(len(prompt_ids), 4) == 4 * len(prompt_ids) * fwd.footprint.kv_bytes_per_token // 2
     assert decoding.decode_chunk_rows(engine.forward, engine.decode_chunk_bytes, 100) >= 2**40  # no row chunks: the model's cache is one batch
     assert fwd.kind == "hf" and fwd.chunked_decode is False
     # the prompt state is the model's own cache object of the prompt, held by the rows' cache as it is
@@ -163,7 +163,7 @@ def test_fallback_memory_accounting_is_measured_from_the_models_cache(tiny_model
     # gemma2's sliding layer keeps each row's copy of the prompt's part (at most window - 1 = 7 tokens)
     gemma = load_engine(str(tiny_model_dir("gemma2")))
     assert gemma.forward.layer_shares_prompt == [False, True]
-    assert gemma.forward.extra_cache_bytes(12, 4) == 4 * 12 * (gemma.kv_bytes_per_token // 2) * 2
+    assert gemma.forward.footprint.extra_cache_bytes(12, 4) == 4 * 12 * (gemma.kv_bytes_per_token // 2) * 2
 
 
 # -- the engine's own forward pass on Mistral, Qwen2, Qwen3 and Gemma 3 ------------------------

@@ -105,7 +105,7 @@ def test_the_margin_is_needed_and_a_whole_batch_decode_step_would_break_it(engin
     chunked = speculative_rejection(engine, LogProbReward(), PROMPT, **kwargs)
     monkeypatch.setattr(engine, "decode_chunk_bytes", 2**40)
     whole = speculative_rejection(engine, LogProbReward(), PROMPT, **kwargs)
-    assert whole.measured_peak_bytes > chunked.measured_peak_bytes + 2000 * engine.forward.decode_row_bytes(16) // 4
+    assert whole.measured_peak_bytes > chunked.measured_peak_bytes + 2000 * engine.forward.footprint.decode_row_bytes(16) // 4
     assert whole.measured_peak_bytes > budget + chunked.memory_margin_bytes
 
 
@@ -275,4 +275,30 @@ def test_the_fallback_forward_pass_keeps_the_memory_contract(tiny_model_dir, mon
     assert len(result.rounds) >= 2 and result.params["forward"] == "hf"
     prompt_len, b_init = len(engine.encode_prompt(PROMPT)), result.params["init_batch_size"]
     assert result.measured_peak_bytes <= budget + result.memory_margin_bytes
-    assert 0 < result.peak_kv_bytes <= budget + engine.forward.extra_cache_bytes(prompt_len, b_init)
+    assert 0 < result.peak_kv_bytes <= budget + engine.forward.footprint.extra_cache_bytes(prompt_len, b_init)
+
+
+# The bytes each forward pass counted before its footprint became an object of its own (main at
+# 61559d5, `ForwardPass.kv_bytes_per_token`, `decode_row_bytes` at contexts 1, 37, 300,
+# `prefill_bytes` at prompts 5 and 40, `extra_cache_bytes` at (40 tokens, 7 rows) and (5, 1)), for
+# the tiny models of conftest in float32.
+FOOTPRINTS_BEFORE = {
+    "llama": (512, [4688, 7568, 28608], [25440, 337920], [0, 0]),
+    "qwen3": (512, [5712, 8592, 29632], [30560, 378880], [0, 0]),
+    "gemma3_text": (512, [8528, 11408, 32448], [44765, 499520], [0, 0]),
+    "olmo2": (512, [18000, 39312, 195008], [108000, 1692800], [71680, 1280]),  # the fallback
+    "gemma2": (512, [18000, 39312, 195008], [108000, 1692800], [143360, 2560]),  # the fallback, sliding layers
+}
+
+
+@pytest.mark.parametrize("model_type", FOOTPRINTS_BEFORE)
+def test_the_footprint_counts_the_bytes_it_counted_before(model_type, generator_dir, tiny_model_dir):
+    from specrej import load_engine
+
+    path = generator_dir if model_type == "llama" else tiny_model_dir(model_type)
+    footprint = load_engine(str(path), dtype="float32").forward.footprint
+    kv, rows, prefill, extra = FOOTPRINTS_BEFORE[model_type]
+    assert footprint.kv_bytes_per_token == kv
+    assert [footprint.decode_row_bytes(c) for c in (1, 37, 300)] == rows
+    assert [footprint.prefill_bytes(p) for p in (5, 40)] == prefill
+    assert [footprint.extra_cache_bytes(40, 7), footprint.extra_cache_bytes(5, 1)] == extra

@@ -20,9 +20,9 @@ from plan import Plan, local_judge, pair_labels
 
 GENERATION_RULES = ("reference_shard", "reference_direct", "method_run")
 
-# The 2-core CPU that the default study was timed on (`make study` on a fresh clone of 30a0057, its 45 jobs
-# on 24 prompts, two jobs at a time: 1,208 s, 2026-12-03); each job's seconds from its benchmark file,
-# per prompt and decode step.
+# The 2-core CPU that the default study was timed on (`make study` on a fresh clone, its 45 jobs on
+# 24 prompts, two jobs at a time); each job's seconds from its benchmark file, per prompt and decode
+# step. The run, and the times these constants come from: docs/results.md, "Time estimates of the workflow".
 MEASURED_CORES = 2
 GENERATION_START_S = 5.9  # a generation job's seconds beyond its decode steps: loading the model
 FALLBACK_STEP_S = 0.112  # per prompt and decode step, for a method that declares no step_seconds (SR's)

@@ -14,6 +14,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -51,6 +52,22 @@ def check_context(prompt_len: int, max_new_tokens: int, max_positions: int | Non
     if max_positions and prompt_len + max_new_tokens > max_positions:
         raise SpecrejError(f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} exceeds the "
                            f"model's context of {max_positions} tokens")
+
+
+class Footprint(Protocol):
+    """The bytes a forward pass allocates beside its weights, as the memory budget counts them
+    (`decoding.ForwardPass.footprint`; `Engine.memory_margin` adds them up)."""
+
+    kv_bytes_per_token: int  # KV bytes of one token of one row, all layers
+
+    def decode_row_bytes(self, context_len: int) -> int: ...  # one row's activations in a step
+
+    def prefill_bytes(self, prompt_len: int) -> int: ...  # the prompt's activations in forward_prompt
+
+    def extra_cache_bytes(self, prompt_len: int, rows: int) -> int:
+        """Bytes the cache of `rows` rows holds beyond what the KV budget counts (the prompt once,
+        kv_bytes_per_token per generated token of each row), e.g. rows' own copies of the prompt;
+        0 for a cache that holds exactly that (`cache.KVCache`)."""
 
 
 def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:

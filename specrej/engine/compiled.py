@@ -1,47 +1,46 @@
-"""The decode step as one compiled graph over static shapes (`--compile on`), gpt-fast style.
+"""The decode step as one compiled graph over static shapes (`--compile on`), gpt-fast style: the
+engine wraps its forward pass (`CompiledForward`) and the step is that forward pass's own layer
+loop and layer halves (`llama.LlamaForward.run_layers`), traced by torch.compile with the weights
+as the graph's inputs (`StaticDecodeStep`). The model knows nothing of it.
 
-`StaticDecodeStep` is a whole decode step of the engine's own forward pass (`llama.LlamaForward`,
-`gemma3.Gemma3Forward`): the embedding, every layer, the final norm, one token per row. Its shapes
-are static within a phase of a rollout:
+Its shapes are static within a phase of a rollout:
 - the rows' own KV is the cache's preallocated buffer, full length, written at the position
   `pos`, which is data (a 0-d tensor, gpt-fast's `input_pos`), with a mask over the slots not yet
   filled (`cache.KVCache` zeroes them, so a masked slot holds finite numbers) and, for a layer with
   a sliding window, over the positions before its window (`first_visible`, data too);
 - the rows are a dynamic dimension too, in three ranges (`row_range`), one graph each: a single
-  row (a size torch specialises), 2 to PACKED_MAX_ROWS rows (the packed GEMMs) and more. SR's
-  halving batch, a Best-of-N batch shrinking as its rows finish and a batch whose size the memory
-  budget chose all run on the graph of their range, each step in one call;
-- the prompt's length, the cache's length and the span of the rows' own KV that `static_attention.attend_static` reads
+  row (a size torch specialises), 2 to PACKED_MAX_ROWS rows (the packed GEMMs) and more;
+- the prompt's length, the cache's length and the span of the rows' own KV that attention reads
   (the filled slots rounded up to SPAN_BLOCK) are dynamic dimensions (`torch._dynamo.mark_dynamic`):
-  one graph serves every prompt, every re-layout of the cache and every step; an early step does
-  not read the unfilled tail of a long cache. The cache keeps a spare slot per row
-  (`KVCache(spare_slots=1)`), so that span is never the whole buffer, whose layout would then be
-  a guard of the graph (two graphs per row range).
+  one graph serves every prompt, every re-layout of the cache and every step. The cache keeps a
+  spare slot per row (`KVCache(spare_slots=1)`), so that span is never the whole buffer, whose
+  layout would then be a guard of the graph.
+torch's settings for tracing (`tracing_settings`) hold only while a graph is traced.
+
 Each graph is compiled ahead of time once per machine (`torch.compile(...).aot_compile`, only its
-shape guards kept) and saved under `graph_cache.artifact_dir`; a later process loads it in a fraction of a
-second. The weights are the graph's inputs (not constants of a frozen graph, which could not be
-saved): on a CPU in bfloat16 the GEMMs still run on oneDNN's packed weights (`linear.pack`):
-`packed_linear_op` calls them as an opaque op, which is what inductor's freezing would do.
+shape guards kept) and saved under `graph_cache.artifact_dir`; a later process loads it. The
+seconds spent loading or compiling graphs are counted (`graph_wall_s`, `graph_cpu_s`) and a run's
+record keeps them apart from its compute (`timing.graphs_s`). On a CPU in bfloat16 the GEMMs run
+on oneDNN's packed weights (`linear.pack`) through `packed_linear_op`, an opaque op, which is what
+inductor's freezing would do; attention is a C++ kernel where it applies
+(`static_attention.attend_kernel`), else inductor's code (`static_attention.attend_static`).
 
-Attention on a CPU (bfloat16 or float32, heads a whole number of 16-float vectors) is a C++ kernel
-(`static_attention.attend_kernel`), which reads each row's own cache
-up to `pos` itself; elsewhere it is `static_attention.attend_static`, inductor's code over the span.
+Plain sampling with the lm_head is a graph of its own (`StaticSampler`, `CompiledForward.draw`; one
+for temperature 1, one for any other), on the same row ranges; prefill, top-k / top-p sampling and
+a step that collects every layer's states (ST-BoN) stay eager. Not on CUDA graphs: the cache's
+buffers are inputs the graph writes, which CUDA graph trees do not capture, and no GPU has
+measured another capture here.
 
-Plain sampling with the lm_head is a graph of its own (`StaticSampler`, the forward pass's
-`sample_plain`; one for temperature 1, one for any other), on the same row ranges; prefill (one
-call per prompt) and top-k / top-p sampling stay eager, and so does a step that collects every
-layer's states (ST-BoN). No CUDA graphs yet: the cache's buffers
-are inputs that the graph writes, which CUDA graph trees do not capture (not measured: no GPU).
-
-Outputs differ from eager, so a compiled run's record says so (`params.compiled`). In float32 the
-difference is in the last bits (fused ops round differently) and the sampled tokens were the same
-in the tests. In bfloat16 a fused graph keeps in float32 what the eager ops round to bfloat16 after
-every op: a different sample of the same distribution (docs/results.md, "The decode step as one graph").
+Outputs differ from eager, so a compiled run's record says so (`params.compiled`): in float32 in
+the last bits (fused ops round differently); in bfloat16 a fused graph keeps in float32 what the
+eager ops round to bfloat16 after every op, a different sample of the same distribution
+(docs/results.md, "The decode step as one graph").
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 from pathlib import Path
 
@@ -52,6 +51,8 @@ from ..models.cache import cache_dir, entry_lock
 from . import static_attention
 from .graph_cache import artifact_dir, make_private_dir, refuse_untrusted, use_inductor_cache
 from .linear import PACKED_MAX_ROWS, PackedWeight
+from .llama import LayerRun
+from .sampler import draw, inverse_cdf
 from .static_attention import attend_kernel, attend_static
 
 
@@ -90,16 +91,16 @@ def as_parameters(module: torch.nn.Module, value):
 
 class StaticDecodeStep(torch.nn.Module):
     """A whole decode step of `forward` (a `llama.LlamaForward` or a subclass) for one token per row,
-    over static shapes (the module docstring)."""
+    over static shapes (the module docstring): its own layer loop (`run_layers`) and layer halves,
+    with the weights as the graph's inputs and the graph's GEMM."""
 
     def __init__(self, forward):
         super().__init__()
         self.forward_pass = forward
         self.embed = forward.model.get_input_embeddings()
-        self.act = forward.act
         self.params = torch.nn.ParameterList()
-        self.layer_weights = [as_parameters(self, w) for w in forward.eager_run.weights]
-        self.inputs, self.output = forward.layer_steps
+        self.run = LayerRun(*forward.layer_steps, [as_parameters(self, w) for w in forward.eager_run.weights],
+                            graph_linear)
         self.kernel = static_attention.supported(forward.device, forward.dtype, forward.head_dim)
 
     def forward(self, tokens, pos, rotary, first_visible, own_positions, prompt_k, prompt_v, k, v) -> torch.Tensor:
@@ -111,17 +112,14 @@ class StaticDecodeStep(torch.nn.Module):
         Writes each layer's new k/v into k/v [rows, kv_heads, L, d] at `pos`; returns the final
         hidden states [rows, hidden]."""
         fw = self.forward_pass
-        x = self.embed(tokens[:, None])
-        attend = attend_kernel if self.kernel else attend_static
-        for i, weights in enumerate(self.layer_weights):
-            cos, sin = rotary[i]
-            q, new_k, new_v = self.inputs(x, weights, cos, sin, fw.num_heads, fw.num_kv_heads, fw.head_dim,
-                                          graph_linear)
+        attention = attend_kernel if self.kernel else attend_static
+
+        def attend(i, q, new_k, new_v):
             k[i].index_copy_(2, pos.view(1), new_k)
             v[i].index_copy_(2, pos.view(1), new_v)
-            out = attend(q, prompt_k[i], prompt_v[i], k[i], v[i], pos, first_visible[i], own_positions, fw.scale)
-            x = self.output(x, out, weights, self.act, graph_linear)
-        return fw.final_norm(x[:, -1])
+            return attention(q, prompt_k[i], prompt_v[i], k[i], v[i], pos, first_visible[i], own_positions, fw.scale)
+
+        return fw.final_norm(fw.run_layers(self.embed(tokens[:, None]), rotary, attend, self.run)[:, -1])
 
 
 class StaticSampler(torch.nn.Module):
@@ -133,8 +131,7 @@ class StaticSampler(torch.nn.Module):
     token up to the rounding of the fused softmax and of the sums.
 
     `tempered`: a graph for every temperature (a 0-d tensor); else one for temperature 1 (the
-    default everywhere), whose draw and log-probs share one exponential of the logits (at 64 rows
-    of a 49k vocabulary 1.3 ms instead of 2.6-3.5)."""
+    default everywhere), whose draw and log-probs share one exponential of the logits."""
 
     def __init__(self, forward, tempered: bool):
         super().__init__()
@@ -160,30 +157,6 @@ class StaticSampler(torch.nn.Module):
         return choice.squeeze(-1), logprobs
 
 
-CDF_BLOCK = 256  # inverse_cdf's block: 0.5x the sampler's time at 64 rows of a 49k vocabulary (256 vs 128-1024 measured)
-
-
-def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Per row, the first index where the cumulative sum of `weights` [rows, vocab] (non-negative,
-    unnormalised probabilities) exceeds `u` [rows, 1] (uniform in [0, 1)) times their total: what
-    `searchsorted(weights.cumsum(-1), u * total, right=True)` gives, [rows, 1], without writing the
-    vocabulary's cumulative sum (a serial pass, the sampler's slowest): the sums of blocks of
-    CDF_BLOCK entries, their cumulative sum, and the cumulative sum of the one block the draw falls in."""
-    rows, vocab = weights.shape
-    blocks = -(-vocab // CDF_BLOCK)
-    weights = F.pad(weights, (0, blocks * CDF_BLOCK - vocab)).view(rows, blocks, CDF_BLOCK)
-    block_cdf = weights.sum(-1).cumsum(-1)
-    target = u * block_cdf[:, -1:]
-    block = torch.searchsorted(block_cdf, target, right=True).clamp_max(blocks - 1)
-    before = F.pad(block_cdf, (1, 0))[:, :-1].gather(-1, block)  # the blocks' totals before the chosen one
-    within = weights.gather(1, block[:, :, None].expand(rows, 1, CDF_BLOCK)).squeeze(1).cumsum(-1)
-    # kept below the block's own total, which rounds differently from its sum: the index found is
-    # then always one of positive weight, never a zero-weight tail of the block
-    rest = torch.minimum(target - before, within[:, -1:] * (1 - 2**-23))
-    offset = torch.searchsorted(within, rest, right=True)
-    return (block * CDF_BLOCK + offset).clamp_max(vocab - 1)
-
-
 def row_range(rows: int) -> str:
     """Which graph a step of `rows` rows runs on: the rows are a dynamic dimension, one graph for 2
     to PACKED_MAX_ROWS rows (the packed GEMMs) and one above (the weights as they are), and one
@@ -200,38 +173,75 @@ def _call(module: torch.nn.Module, *args):
 
 def shape_guards(entries) -> list[bool]:
     """Of a compiled step's guards, the symbolic-shape ones only: which graph a call takes is the
-    row range (`CompiledDecode` keeps one per range), the weights are the model's own (their
+    row range (`CompiledForward` keeps one per range), the weights are the model's own (their
     shapes and dtype are in the artifact's key) and packed weights cannot be serialized."""
     return [entry.guard_type == "SHAPE_ENV" for entry in entries]
 
 
-class CompiledDecode:
-    """`forward`'s decode step through `StaticDecodeStep`, compiled: one graph per row range,
-    compiled ahead of time once per machine (`artifact_dir`) and loaded in a fraction of a second
-    by every later process; the sampler's graphs likewise."""
+@contextlib.contextmanager
+def tracing_settings():
+    """torch's settings while a graph is traced, scoped to it (the process's own stay as they are):
+    one graph per row range, each row count, prompt and cache length on it (dynamic, no automatic
+    re-specialisation); sizes equal at the first call (the span attention reads and the prompt's
+    length, say) stay two symbols, where duck shapes would merge them and recompile at a call
+    where they differ."""
+    import torch._dynamo
+
+    limit = max(torch._dynamo.config.cache_size_limit, 64)
+    with torch._dynamo.config.patch(automatic_dynamic_shapes=False, cache_size_limit=limit), \
+            torch.fx.experimental._config.patch(use_duck_shape=False):
+        yield
+
+
+class CompiledForward:
+    """`forward` (a `llama.LlamaForward` or a subclass) with its decode step compiled: the same
+    forward pass (prompt, logits, sizes: every other member is `forward`'s), whose `forward_step`
+    runs `StaticDecodeStep` as one graph per row range, compiled ahead of time once per machine
+    (`artifact_dir`) and loaded by every later process, and whose `draw` samples plainly through
+    `StaticSampler`'s graphs (`sampler.draw` otherwise). A step that collects every layer's states
+    (ST-BoN) runs eagerly. `graph_wall_s` / `graph_cpu_s`: the seconds spent loading or compiling
+    graphs so far, which a run's record keeps apart from its compute (`Session`)."""
+
+    compiled = True
 
     def __init__(self, forward):
-        import torch._dynamo
-
         # both code caches checked first: a refusal stops the run before its first prompt, with nothing changed
         self.artifacts, self.cache = artifact_dir(forward), cache_dir()
         refuse_untrusted(self.artifacts, self.cache, "SPECREJ_CACHE")
         use_inductor_cache()
         self.forward_pass = forward
-        # one graph per row range, each row count, prompt and cache length on it (dynamic)
-        torch._dynamo.config.automatic_dynamic_shapes = False
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        # sizes equal at the first call (the span attention reads and the prompt's length, say) stay
-        # two symbols: duck shapes would merge them, and a later call where they differ recompile
-        torch.fx.experimental._config.use_duck_shape = False
-        # built at first use: a subclass (Gemma 3) finishes setting up after LlamaForward.__init__ made this
-        self.module = None
+        self.module = StaticDecodeStep(forward)
         self.samplers: dict[bool, StaticSampler] = {}  # tempered or not (StaticSampler)
         self.compiled: dict = {}  # graph name (step-<range>, sample-[tempered-]<range>) -> its compiled function
         self.guarded: dict = {}  # module -> its graph compiled in this process, for calls outside the artifacts'
         self.row_ranges: set[str] = set()  # the row ranges the step ran on so far (one graph each)
         self.loaded: set[str] = set()  # the graphs that came from an earlier process's artifact
         self.no_window = torch.zeros(len(forward.layers), dtype=torch.long, device=forward.device)
+        self.graph_wall_s = self.graph_cpu_s = 0.0
+
+    def __getattr__(self, name: str):
+        if name == "forward_pass":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.forward_pass, name)  # the forward pass's own members (sizes, prompt, logits)
+
+    def new_cache(self):
+        """The forward pass's cache with a spare slot per row, so the step's attention span is never
+        the whole buffer (whose layout would be a guard: two graphs per row range)."""
+        return self.forward_pass.new_cache(spare_slots=1)
+
+    def forward_step(self, cache, tokens: torch.Tensor, pos: int, first_row: int = 0,
+                     layer_states: torch.Tensor | None = None) -> torch.Tensor:
+        """`forward_pass.forward_step`, as one graph unless it collects every layer's states."""
+        if layer_states is not None:
+            return self.forward_pass.forward_step(cache, tokens, pos, first_row, layer_states)
+        return self.step(cache, tokens, pos, first_row)
+
+    def draw(self, model, hidden: torch.Tensor, params, generator: torch.Generator):
+        """`sampler.draw` (one token per row and its log-prob) through `StaticSampler`'s graph when
+        the sampling is plain (no top-k or top-p cut, temperature > 0); else the eager draw."""
+        if params.temperature == 0 or params.top_k or params.top_p < 1:
+            return draw(model, hidden, params, generator)
+        return self.sample(hidden, params.temperature, generator)
 
     def sample(self, hidden: torch.Tensor, temperature: float, generator: torch.Generator):
         """Plain sampling at `temperature` (> 0) from hidden states [rows, hidden]: (tokens, log-probs),
@@ -257,14 +267,26 @@ class CompiledDecode:
         the args' dynamic dimensions, called only where a graph may be traced (not on every step)."""
         if name not in self.compiled:
             mark_dynamic()
-            self.compiled[name] = self._load_or_compile(name, module, args)
+            with self._building():
+                self.compiled[name] = self._load_or_compile(name, module, args)
         compiled = self.compiled[name]
         if compiled is not None and compiled.guard_check(module, *args):
             return compiled(module, *args)
         mark_dynamic()
-        if module not in self.guarded:
-            self.guarded[module] = torch.compile(module, fullgraph=True, dynamic=None)
-        return self.guarded[module](*args)
+        with tracing_settings(), (self._building() if module not in self.guarded else contextlib.nullcontext()):
+            if module not in self.guarded:  # its first call compiles it: counted as building a graph
+                self.guarded[module] = torch.compile(module, fullgraph=True, dynamic=None)
+            return self.guarded[module](*args)
+
+    @contextlib.contextmanager
+    def _building(self):
+        """Counts the wall and CPU seconds within as loading or compiling graphs."""
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.graph_wall_s += time.perf_counter() - wall
+            self.graph_cpu_s += time.process_time() - cpu
 
     def _load_or_compile(self, name: str, module: torch.nn.Module, args: tuple):
         """`name`'s artifact loaded, else compiled and saved. Concurrent jobs of a study that need
@@ -295,8 +317,9 @@ class CompiledDecode:
 
     def _compile(self, name: str, module: torch.nn.Module, args: tuple, path: Path):
         try:
-            compiled = torch.compile(_call, fullgraph=True, dynamic=None, options={"guard_filter_fn": shape_guards}
-                                     ).aot_compile(((module, *args), {}))
+            with tracing_settings():
+                compiled = torch.compile(_call, fullgraph=True, dynamic=None, options={"guard_filter_fn": shape_guards}
+                                         ).aot_compile(((module, *args), {}))
         except Exception as error:  # ahead-of-time compile is experimental in torch: the guarded graph instead
             warnings.warn(f"--compile on: {name} compiled in this process only ({type(error).__name__}: {error})",
                           stacklevel=4)
@@ -308,14 +331,12 @@ class CompiledDecode:
         compiled.disable_guard_check()
         return compiled
 
-    def __call__(self, cache, tokens: torch.Tensor, pos: int, first_row: int) -> torch.Tensor:
+    def step(self, cache, tokens: torch.Tensor, pos: int, first_row: int) -> torch.Tensor:
         """tokens [rows, 1] of the cache's rows first_row... at generated position `pos` -> their
         hidden states [rows, hidden]; their k/v written into the cache."""
         import torch._dynamo
 
         fw = self.forward_pass
-        if self.module is None:
-            self.module = StaticDecodeStep(fw)
         prompt_len = cache.prompt_len
         position = torch.tensor(pos, device=fw.device)
         rotary = fw.rotary(tokens.new_empty(0, dtype=fw.dtype), torch.tensor([[prompt_len + pos]], device=fw.device))
@@ -365,11 +386,10 @@ def resolve_compile(setting: str, fast_path: bool, device: torch.device) -> bool
     """Whether the decode step runs compiled: --compile `setting` for a model on `device`, whose
     forward pass is the engine's own (`fast_path`) or the fallback (never compiled).
 
-    auto: eager on every device. It decides for one run, and on this project's CPU one run does
-    not pay the first compile (a Best-of-16 run of 8 prompts: 88 s from an empty cache, 34 s eager),
-    while a whole study, whose jobs share the graphs, does (1.12×; `config/compiled.yaml`,
-    docs/results.md, "The default study compiled"). On CUDA no measurement backs it (`make
-    gpu-check` measures it where a GPU is lent), and auto does not assume what was not measured."""
+    auto: eager on every device. It decides for one run, and one run on a CPU does not pay a cold
+    compile, while a whole study, whose jobs share the graphs, can (docs/results.md, "The default
+    study compiled"). On CUDA no measurement backs it (`make gpu-check` measures it where a GPU is
+    lent), and auto does not assume what was not measured."""
     from ..errors import SpecrejError, shown
 
     if setting not in COMPILE_SETTINGS:

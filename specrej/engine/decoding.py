@@ -23,9 +23,9 @@ from typing import Protocol
 import torch
 
 from ..errors import SpecrejError
-from .budget import TokenBudget
+from .budget import Footprint, TokenBudget
 from .cache import compaction_order, moved_rows
-from .sampler import sample
+from .sampler import draw, sample
 from .sampling import SamplingParams
 
 
@@ -64,9 +64,10 @@ class RowCache(Protocol):
 
 
 class ForwardPass(Protocol):
-    """What `prefill`, `decode_one_token`, `sample` and the engine's memory accounting need
-    from a model. `llama.LlamaForward` implements it; a fallback for any causal LM implements
-    the same (`engine.forward_pass` picks one for a model). `hidden` [rows, H] is each row's
+    """What `prefill`, `decode_one_token` and `sampler.sample` need from a model: the prompt, the
+    step and the logits, and its `footprint` (`budget.Footprint`: the bytes the memory budget
+    counts). `llama.LlamaForward` implements it; a fallback for any causal LM implements the same
+    (`engine.forward_pass` picks one for a model; `compiled.CompiledForward` compiles its step). `hidden` [rows, H] is each row's
     state that `logits` turns into next-token logits (H = hidden_size for the lm_head input);
     `Rollout` index-selects it when rows are pruned, as it does the cache."""
 
@@ -81,7 +82,7 @@ class ForwardPass(Protocol):
     layers: Sequence  # the decoder layers; len(layers) is what the KV budget counts
     hidden_size: int
     vocab_size: int
-    kv_bytes_per_token: int  # KV bytes of one token of one row, all layers
+    footprint: Footprint  # its KV per token and activations, for the memory budget
     # entries of a position's every-layer states (transformers' output_hidden_states: the embedding
     # output, each layer's, the final normed state), for methods that read them (`Rollout.layer_states`)
     num_layer_states: int
@@ -103,21 +104,6 @@ class ForwardPass(Protocol):
         [num_layer_states, rows, H], if given, receives their every-layer states."""
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...  # fp32 [rows, vocab]
-
-    def sample_plain(self, hidden: torch.Tensor, temperature: float, generator: torch.Generator
-                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Plain sampling (no top-k or top-p cut) at `temperature` > 0 from hidden [rows, H] in one
-        fused call: (tokens, log-probs), each [rows]; None where this forward pass has no such call
-        (`sample` then draws from `logits`)."""
-
-    def decode_row_bytes(self, context_len: int) -> int: ...  # one row's activations in a step
-
-    def prefill_bytes(self, prompt_len: int) -> int: ...  # the prompt's activations in forward_prompt
-
-    def extra_cache_bytes(self, prompt_len: int, rows: int) -> int:
-        """Bytes the cache of `rows` rows holds beyond what the KV budget counts (the prompt once,
-        kv_bytes_per_token per generated token of each row), e.g. rows' own copies of the prompt;
-        0 for a cache that holds exactly that (`cache.KVCache`)."""
 
 
 @dataclass
@@ -145,11 +131,11 @@ def _layer_buffer(model: ForwardPass, rows: int) -> torch.Tensor:
 
 def decode_chunk_rows(model: ForwardPass, chunk_bytes: int, context_len: int) -> int:
     """Rows fed through the model at once in a decode step with `context_len` tokens of KV: as many
-    as keep their activations (`model.decode_row_bytes`) within `chunk_bytes`, at least one; all
+    as keep their activations (`model.footprint.decode_row_bytes`) within `chunk_bytes`, at least one; all
     rows for a forward pass without chunked decode (the fallback)."""
     if not model.chunked_decode:
         return 2**62
-    return max(1, chunk_bytes // model.decode_row_bytes(context_len))
+    return max(1, chunk_bytes // model.footprint.decode_row_bytes(context_len))
 
 
 @torch.inference_mode()
@@ -192,7 +178,8 @@ class Rollout:
     def __init__(self, model: ForwardPass, prompt: PrefilledPrompt, rows: int, max_len: int,
                  params: SamplingParams, generator: torch.Generator, first_candidate_id: int = 0, *,
                  stop_token_ids: torch.Tensor | None = None, sample_chunk_rows: int | None = None,
-                 decode_chunk_bytes: int | None = None, top_k_logprobs: int = 0, token_certainty: bool = False):
+                 decode_chunk_bytes: int | None = None, top_k_logprobs: int = 0, token_certainty: bool = False,
+                 draw_tokens=draw):
         """`model` samples `rows` rows from `prompt` (which it prefilled), each with room for
         `max_len` tokens in the cache; a row ends on one of `stop_token_ids` or at
         params.max_new_tokens. `sample_chunk_rows` rows' logits are made at a time, and a decode
@@ -200,10 +187,11 @@ class Rollout:
         `top_k_logprobs` > 0: each step keeps the k largest log-probs of every row's distribution
         (`top_logprobs`); 0 computes nothing of the kind. `token_certainty`: each step keeps the
         self-certainty of every row's distribution (`RowOutput.token_certainties`); off, nothing
-        of the kind is computed and plain sampling keeps its fused call."""
+        of the kind is computed. `draw_tokens`: how a step draws its tokens and their log-probs when
+        nothing more is asked (`sampler.draw`, or a compiled engine's graph)."""
         if stop_token_ids is None or sample_chunk_rows is None or decode_chunk_bytes is None:
             raise TypeError("Rollout needs stop_token_ids, sample_chunk_rows and decode_chunk_bytes")
-        self.model, self.params, self.generator = model, params, generator
+        self.model, self.params, self.generator, self.draw_tokens = model, params, generator, draw_tokens
         self.stop_token_ids = stop_token_ids
         self.sample_chunk_rows, self.decode_chunk_bytes = sample_chunk_rows, decode_chunk_bytes
         self.cache = model.new_cache()
@@ -245,7 +233,7 @@ class Rollout:
         """Sample one token for every row; return the rows that finished (stop token or length)."""
         tokens, logprobs, self.top_logprobs, certainties = sample(
             self.model, self.hidden, self.params, self.generator, self.sample_chunk_rows, self.top_k_logprobs,
-            self.certainties is not None)
+            self.certainties is not None, self.draw_tokens)
         self.sampled_ids = self.candidate_ids
         self.tokens[:, self.length] = tokens
         self.logprobs[:, self.length] = logprobs

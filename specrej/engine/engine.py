@@ -11,6 +11,7 @@ takes beside its KV budget, and makes the `Rollout`s that run with all of that (
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable
 
@@ -18,7 +19,8 @@ import torch
 
 from ..errors import SpecrejError
 from . import gemma3, llama
-from .compiled import resolve_compile
+from . import sampler
+from .compiled import CompiledForward, resolve_compile
 from .decoding import ForwardPass, PrefilledPrompt, Rollout
 from .sampler import sampler_copies
 from .gemma3 import Gemma3Forward
@@ -35,16 +37,14 @@ FAST_PATHS = {**dict.fromkeys(llama.SUPPORTED_MODEL_TYPES, LlamaForward),
               **dict.fromkeys(gemma3.SUPPORTED_MODEL_TYPES, Gemma3Forward)}
 
 
-def forward_pass(model, compile: str = "off") -> ForwardPass:
+def forward_pass(model) -> ForwardPass:
     """The forward pass for a Hugging Face causal LM: the engine's own for the architectures it
     knows (`FAST_PATHS`: `llama.LlamaForward` for Llama, Mistral, Qwen2, Qwen3;
-    `gemma3.Gemma3Forward` for Gemma 3 text), its decode step compiled as `compile` (auto, on,
-    off: `compiled.resolve_compile`) says, else the fallback through the model's own forward
+    `gemma3.Gemma3Forward` for Gemma 3 text), else the fallback through the model's own forward
     and cache (`hf_forward.HFForward`), with one line in the log naming the model type."""
     model_type = model.config.model_type
-    compiled = resolve_compile(compile, model_type in FAST_PATHS, model.device)
     if model_type in FAST_PATHS:
-        return FAST_PATHS[model_type](model.eval(), compile=compiled)
+        return FAST_PATHS[model_type](model.eval())
     logger.warning("specrej: %r is not one of the engine's own architectures (%s); decoding through "
                    "the model's own forward pass and cache (the fallback, slower)",
                    model_type, ", ".join(FAST_PATHS))
@@ -60,14 +60,15 @@ class Engine:
     """A decoder-only LM with our own prefill/decode over a static cache."""
 
     def __init__(self, model, tokenizer, stop_token_ids: Iterable[int] = (), compile: str = "off"):
-        """`compile`: auto, on or off, the decode step compiled or eager (`compiled.resolve_compile`)."""
-        self.forward = forward_pass(model, compile)
-        self.compiled = getattr(self.forward, "compiled", False)
-        self.forward_kind = self.forward.kind  # "llama" or "hf": recorded in each result's params
+        """`compile`: auto, on or off, the decode step compiled or eager (`compiled.resolve_compile`):
+        compiled, the forward pass is wrapped (`compiled.CompiledForward`) and draws through its graph."""
+        forward = forward_pass(model)
+        self._use(CompiledForward(forward) if resolve_compile(compile, forward.kind == "llama", model.device)
+                  else forward)
         self.model, self.tokenizer, self.config = model, tokenizer, model.config
         self.layers = self.forward.layers
         self.device, self.dtype = self.forward.device, self.forward.dtype
-        self.kv_bytes_per_token = self.forward.kv_bytes_per_token
+        self.kv_bytes_per_token = self.forward.footprint.kv_bytes_per_token
         self.stop_token_ids = torch.tensor(sorted(set(stop_token_ids) | _eos_ids(model, tokenizer)), device=self.device)
         # Rows are sampled and decoded in chunks, so that the logits and activations of a step are
         # bounded (see memory_margin). A GPU wants large chunks (each chunk reads the weights
@@ -75,6 +76,20 @@ class Engine:
         cuda = self.device.type == "cuda"
         self.sample_chunk_rows = max(1, (2**24 if cuda else 2**22) // self.forward.vocab_size)  # 64 / 16 MiB of fp32 logits
         self.decode_chunk_bytes = 2**30 if cuda else 2**26  # activations of one decode chunk (decode_row_bytes)
+
+    def _use(self, forward) -> None:
+        self.forward = forward
+        self.compiled = isinstance(forward, CompiledForward)
+        self.forward_kind = forward.kind  # "llama" or "hf": recorded in each result's params
+        # how a step draws its tokens when nothing more is asked of the sampler
+        self.draw_tokens = forward.draw if self.compiled else sampler.draw
+
+    def with_forward(self, forward) -> Engine:
+        """A copy of this engine (the same model, tokenizer and settings) that runs `forward`: e.g.
+        `compiled.CompiledForward(...)` for its compiled step, or another forward pass to compare."""
+        engine = copy.copy(self)
+        engine._use(forward)
+        return engine
 
     # -- text ----------------------------------------------------------------------------
     # How prompts are rendered (--prompt-format): "chat" = the tokenizer's chat template, one user
@@ -118,7 +133,12 @@ class Engine:
         return Rollout(self.forward, prompt, rows, max_len, params, generator, first_candidate_id,
                        stop_token_ids=self.stop_token_ids, sample_chunk_rows=self.sample_chunk_rows,
                        decode_chunk_bytes=self.decode_chunk_bytes, top_k_logprobs=top_k_logprobs,
-                       token_certainty=token_certainty)
+                       token_certainty=token_certainty, draw_tokens=self.draw_tokens)
+
+    def graph_seconds(self) -> tuple[float, float]:
+        """Wall and CPU seconds this engine has spent loading or compiling its step's graphs so far
+        (0 for an eager one): a run's record keeps them apart from its compute."""
+        return (self.forward.graph_wall_s, self.forward.graph_cpu_s) if self.compiled else (0.0, 0.0)
 
     def memory_margin(self, prompt_len: int, rows: int, params: SamplingParams) -> int:
         """Bytes beside the KV budget that a prompt's run with at most `rows` rows may allocate
@@ -131,7 +151,7 @@ class Engine:
         - prefill: the prompt's activations (prompt_len rows) and its attention scores;
         - per row: the token-id and log-prob buffers [max_new_tokens] and one gathered copy of
           them (when responses are read out), three [hidden] states and a few ids and masks;
-        - the forward pass's `extra_cache_bytes`: 0 for the engine's own; for the fallback
+        - the footprint's `extra_cache_bytes`: 0 for the engine's own; for the fallback
           (`hf_forward.HFForward`) the prompt KV that its rows hold beside the budget
           (sliding-window layers' per-row copies, one layer in flight);
         - without chunked decode (`chunked_decode = False`, the fallback): a decode step over all rows.
@@ -141,11 +161,11 @@ class Engine:
         Python objects (token lists, texts).
         """
         context = prompt_len + params.max_new_tokens
-        row = self.forward.decode_row_bytes(context)
+        row = self.forward.footprint.decode_row_bytes(context)
         decode = min(rows * row, max(self.decode_chunk_bytes, row)) if self.forward.chunked_decode else rows * row
-        extra = self.forward.extra_cache_bytes(prompt_len, rows)
+        extra = self.forward.footprint.extra_cache_bytes(prompt_len, rows)
         sampling = sampler_copies(params) * min(rows, self.sample_chunk_rows) * self.forward.vocab_size * 4
-        prefill = self.forward.prefill_bytes(prompt_len)
+        prefill = self.forward.footprint.prefill_bytes(prompt_len)
         per_row = 2 * 12 * params.max_new_tokens + 3 * 4 * self.forward.hidden_size + 128
         return decode + sampling + prefill + rows * per_row + extra
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ..errors import SpecrejError
 from .budget import check_context
-from .llama import LlamaForward, rotate
+from .llama import LlamaFootprint, LlamaForward, rotate
 
 SUPPORTED_MODEL_TYPES = ("gemma3_text",)  # the model types Gemma3Forward runs
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -90,6 +90,29 @@ def attention_output_and_mlp(x: torch.Tensor, out: torch.Tensor, w: GemmaLayerWe
     return x + gemma_rms_norm(linear(act(gate) * up, w.down, w.down_bias), w.post_feedforward_norm, w.eps)
 
 
+class Gemma3Footprint(LlamaFootprint):
+    """A `Gemma3Forward`'s bytes beside its weights (`llama.LlamaFootprint`'s, with Gemma 3's
+    float32 norm copies, two rotary embeddings and the sliding layers' prompt mask)."""
+
+    def decode_row_bytes(self, context_len: int) -> int:
+        """Upper bound on one row's activations in a decode step with `context_len` tokens of KV,
+        counted at 4 bytes an element (the float32 copies that the norms make of a 16-bit model's
+        states included): the residual stream, a norm's float32 input and output and its cast, the
+        o_proj / down_proj output and the new residual (8 x hidden); the fused qkv output, the
+        normed q and k with their float32 copies, the rotated copies and the rotation's
+        temporaries (8 x qkv); the gate/up output, activation and product (4 x intermediate); the
+        attention scores, their scaled and soft-maxed copies and the re-laid-out prompt part
+        (5 x heads x context); the cos and sin of both rotary embeddings (4 x head_dim)."""
+        qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
+        return 4 * (8 * self.hidden + 8 * qkv + 4 * self.intermediate + 5 * self.heads * context_len
+                    + 4 * self.head_dim)
+
+    def prefill_bytes(self, prompt_len: int) -> int:
+        """Upper bound on the prompt's activations in `forward_prompt`, its attention scores, and the
+        sliding layers' mask (bool, and the float copy SDPA makes of it)."""
+        return prompt_len * self.decode_row_bytes(prompt_len) + 4 * self.heads * prompt_len**2 + 5 * prompt_len**2
+
+
 class Gemma3Forward(LlamaForward):
     """The forward pass of a Hugging Face Gemma 3 text causal LM over a `KVCache`.
 
@@ -98,8 +121,9 @@ class Gemma3Forward(LlamaForward):
     logits are Gemma 3's."""
 
     layer_steps = (attention_inputs, attention_output_and_mlp)
+    footprint_class = Gemma3Footprint
 
-    def __init__(self, model, compile: bool = False, pack_weights: bool = True):
+    def __init__(self, model, pack_weights: bool = True):
         config = model.config
         if getattr(config, "use_bidirectional_attention", False):
             raise SpecrejError("Gemma 3 with bidirectional attention is an encoder, not a generator")
@@ -107,7 +131,7 @@ class Gemma3Forward(LlamaForward):
         if unknown:
             raise SpecrejError(f"Gemma 3 layer types {unknown} are not known to the engine's forward pass")
         self.eps = config.rms_norm_eps  # before LlamaForward.__init__, which builds the layer weights
-        super().__init__(model, compile, pack_weights)
+        super().__init__(model, pack_weights)
         self.layer_types = list(config.layer_types[: len(self.layers)])
         self.is_sliding = [t == "sliding_attention" for t in self.layer_types]
         self.sliding_window = config.sliding_window if any(self.is_sliding) else None
@@ -132,25 +156,6 @@ class Gemma3Forward(LlamaForward):
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
         """The context length only: the sliding layers attend to their window at any length."""
         check_context(prompt_len, max_new_tokens, self.max_positions)
-
-    def decode_row_bytes(self, context_len: int) -> int:
-        """Upper bound on one row's activations in a decode step with `context_len` tokens of KV,
-        counted at 4 bytes an element (the float32 copies that the norms make of a 16-bit model's
-        states included): the residual stream, a norm's float32 input and output and its cast, the
-        o_proj / down_proj output and the new residual (8 x hidden); the fused qkv output, the
-        normed q and k with their float32 copies, the rotated copies and the rotation's
-        temporaries (8 x qkv); the gate/up output, activation and product (4 x intermediate); the
-        attention scores, their scaled and soft-maxed copies and the re-laid-out prompt part
-        (5 x heads x context); the cos and sin of both rotary embeddings (4 x head_dim)."""
-        qkv = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
-        return 4 * (8 * self.hidden_size + 8 * qkv + 4 * self.config.intermediate_size
-                    + 5 * self.num_heads * context_len + 4 * self.head_dim)
-
-    def prefill_bytes(self, prompt_len: int) -> int:
-        """Upper bound on the prompt's activations in `forward_prompt`, its attention scores, and the
-        sliding layers' mask (bool, and the float copy SDPA makes of it)."""
-        return (prompt_len * self.decode_row_bytes(prompt_len) + 4 * self.num_heads * prompt_len**2
-                + 5 * prompt_len**2)
 
     # -- attention windows -----------------------------------------------------------------
     def prompt_masks(self, seq: int) -> list[torch.Tensor | None]:

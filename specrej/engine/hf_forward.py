@@ -33,7 +33,7 @@ class HFForward:
     post-processing (Gemma's final soft-capping, Cohere's logit_scale, Granite's logits_scaling).
     Sampling, log-probs and pruning are the engine's own, as with the fast path.
 
-    Memory: `kv_bytes_per_token` is measured from the cache the model actually builds: per
+    Memory (`HFFootprint`): `kv_bytes_per_token` is measured from the cache the model actually builds: per
     layer, the bytes it holds after a 2-token probe minus after a 1-token probe (for a
     sliding-window layer that is its growth below the window, an upper bound beyond it; state
     that does not grow with tokens, e.g. a linear-attention layer's, is `state_bytes`).
@@ -73,6 +73,7 @@ class HFForward:
         self.max_positions = getattr(self.text_config, "max_position_embeddings", None)
         self._probe()
         self.layers = self._decoder_layers()
+        self.footprint = HFFootprint(self)
         self._checked = False
 
     # -- set-up ----------------------------------------------------------------------------
@@ -95,7 +96,6 @@ class HFForward:
         # per layer: bytes per token of one row, and bytes that do not grow with tokens
         self.layer_kv_bytes = [max(0, two - one) for one, two in zip(*sizes)]
         self.layer_shares_prompt = [shares_prompt(layer) for layer in layers]
-        self.kv_bytes_per_token = max(1, sum(self.layer_kv_bytes))
         self.state_bytes = sum(max(0, one - kv) for one, kv in zip(sizes[0], self.layer_kv_bytes))
         # per token of one row's prompt, the bytes each row holds a copy of (layers without a shared prompt)
         self.unshared_kv_bytes = sum(kv for kv, shared in zip(self.layer_kv_bytes, self.layer_shares_prompt)
@@ -114,36 +114,6 @@ class HFForward:
 
     def new_cache(self) -> HFRowCache:
         return HFRowCache(self)
-
-    def decode_row_bytes(self, context_len: int) -> int:
-        """Upper bound on one row's activations in a decode step with `context_len` tokens of KV,
-        at 4 bytes an element: the residual stream and a dozen hidden-sized temporaries, the MLP's
-        intermediate (4 copies), q/k/v, the attention scores and their soft-maxed copies over the
-        context (5 x heads x context); plus the cache's own transient: one layer's keys and values
-        twice (the model's update concatenates the new token to a layer's old tensor)."""
-        c = self.text_config
-        hidden = self.hidden_size
-        heads = getattr(c, "num_attention_heads", None) or 1
-        inter = getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * hidden
-        per_layer_kv = self.kv_bytes_per_token // max(1, len(self.layers))
-        return (4 * (12 * hidden + 4 * inter + 3 * heads * 256 + 5 * heads * context_len)
-                + 2 * per_layer_kv * context_len)
-
-    def prefill_bytes(self, prompt_len: int) -> int:
-        """The prompt's activations in `forward_prompt`, its attention scores, the model's own
-        prompt cache and its logits of the last token."""
-        heads = getattr(self.text_config, "num_attention_heads", None) or 1
-        return (prompt_len * self.decode_row_bytes(prompt_len) + 4 * heads * prompt_len**2
-                + prompt_len * self.kv_bytes_per_token + 8 * self.vocab_size)
-
-    def extra_cache_bytes(self, prompt_len: int, rows: int) -> int:
-        """Cache bytes beside the budget (which counts the prompt once): each row's own copy of the
-        prompt in the layers that do not share it (sliding-window and other non-plain layers; 0
-        for a model whose layers are all full attention), any per-row state that does not grow
-        with tokens, and the prompt's part of one layer's keys and values in flight (the shared
-        layer's update hands the attention cat(prompt, own) for all rows, one layer at a time)."""
-        in_flight = prompt_len * max(self.layer_kv_bytes, default=0)
-        return rows * (prompt_len * self.unshared_kv_bytes + self.state_bytes + in_flight)
 
     # -- forward -----------------------------------------------------------------------------
     def forward_prompt(self, token_ids: torch.Tensor, layer_states: torch.Tensor | None = None
@@ -185,10 +155,6 @@ class HFForward:
             _copy_layer_states(out, layer_states)
         return out.last_hidden_state[:, -1]
 
-    def sample_plain(self, hidden: torch.Tensor, temperature: float, generator: torch.Generator) -> None:
-        """None: the fallback samples from `logits` (never compiled)."""
-        return None
-
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The model's head on hidden [rows, H], in the model's dtype, then fp32 [rows, vocab]."""
@@ -219,6 +185,46 @@ class HFForward:
                 f"the fallback forward pass cannot reproduce {self.model_type!r}'s logits from its last "
                 f"hidden state (the head post-processes them in a way the engine does not know)")
         self._checked = True
+
+
+class HFFootprint:
+    """An `HFForward`'s bytes beside its weights, as the memory budget counts them
+    (`budget.Footprint`), from the sizes its probe measured: the KV per token (every layer's
+    growth per token), the cache's bytes beside it, and bounds on the activations."""
+
+    def __init__(self, forward: HFForward):
+        c = forward.text_config
+        self.hidden, self.vocab_size, self.num_layers = forward.hidden_size, forward.vocab_size, len(forward.layers)
+        self.heads = getattr(c, "num_attention_heads", None) or 1
+        self.intermediate = getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * self.hidden
+        self.layer_kv_bytes, self.state_bytes = forward.layer_kv_bytes, forward.state_bytes
+        self.unshared_kv_bytes = forward.unshared_kv_bytes
+        self.kv_bytes_per_token = max(1, sum(self.layer_kv_bytes))
+
+    def decode_row_bytes(self, context_len: int) -> int:
+        """Upper bound on one row's activations in a decode step with `context_len` tokens of KV,
+        at 4 bytes an element: the residual stream and a dozen hidden-sized temporaries, the MLP's
+        intermediate (4 copies), q/k/v, the attention scores and their soft-maxed copies over the
+        context (5 x heads x context); plus the cache's own transient: one layer's keys and values
+        twice (the model's update concatenates the new token to a layer's old tensor)."""
+        per_layer_kv = self.kv_bytes_per_token // max(1, self.num_layers)
+        return (4 * (12 * self.hidden + 4 * self.intermediate + 3 * self.heads * 256 + 5 * self.heads * context_len)
+                + 2 * per_layer_kv * context_len)
+
+    def prefill_bytes(self, prompt_len: int) -> int:
+        """The prompt's activations in `forward_prompt`, its attention scores, the model's own
+        prompt cache and its logits of the last token."""
+        return (prompt_len * self.decode_row_bytes(prompt_len) + 4 * self.heads * prompt_len**2
+                + prompt_len * self.kv_bytes_per_token + 8 * self.vocab_size)
+
+    def extra_cache_bytes(self, prompt_len: int, rows: int) -> int:
+        """Cache bytes beside the budget (which counts the prompt once): each row's own copy of the
+        prompt in the layers that do not share it (sliding-window and other non-plain layers; 0
+        for a model whose layers are all full attention), any per-row state that does not grow
+        with tokens, and the prompt's part of one layer's keys and values in flight (the shared
+        layer's update hands the attention cat(prompt, own) for all rows, one layer at a time)."""
+        in_flight = prompt_len * max(self.layer_kv_bytes, default=0)
+        return rows * (prompt_len * self.unshared_kv_bytes + self.state_bytes + in_flight)
 
 
 def _copy_layer_states(out, layer_states: torch.Tensor) -> None:

@@ -6,10 +6,10 @@ a large part of the GEMM. Packing each weight once (`torch.ops.mkldnn._reorder_l
 inductor's CPU freezing does) and calling oneDNN's linear on the packed weight
 (`torch.ops.mkldnn._linear_pointwise`) runs the same kernel without the copy: the outputs are the
 same bits as `F.linear`'s (tests/test_fast_paths.py: prefill and decode at 1-33 rows on Qwen3 and
-Gemma 3), 1.3x faster at 16 rows (docs/results.md); above PACKED_MAX_ROWS rows
-the weight as it is is faster, and is used.
+Gemma 3), faster at the 16 rows of a Best-of-N shard (docs/results.md, "Beside CTranslate2
+(and llama.cpp)"); above PACKED_MAX_ROWS rows the weight as it is is faster, and is used.
 
-Elsewhere (float32, where MKL's own packed GEMM measured no faster; CUDA; a CPU without native
+Elsewhere (float32, where MKL's own packed GEMM is no faster; CUDA; a CPU without native
 bfloat16 oneDNN kernels) the weights stay as they are and `F.linear` runs. The packed copies sit
 beside the model's own weights, which the Hugging Face modules keep using: on a CPU in bfloat16 the
 engine holds its linear weights twice.
@@ -30,9 +30,9 @@ def packs(device: torch.device, dtype: torch.dtype) -> bool:
             and hasattr(torch.ops.mkldnn, "_linear_pointwise") and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-# Above this many rows oneDNN's own per-call layout measured faster than the packed weight (engine
-# benchmark, 2 threads: 1.27x at 16 rows, 1.02x at 64, 0.92x at 256), so larger GEMMs (SR's
-# initial batches, prefill) take the weight as it is; both give the same bits.
+# Above this many rows oneDNN's own per-call layout is faster than the packed weight (the engine
+# benchmark's packed and unpacked rows: docs/results.md, "Beside CTranslate2 (and llama.cpp)"), so
+# larger GEMMs (SR's initial batches, prefill) take the weight as it is; both give the same bits.
 PACKED_MAX_ROWS = 64
 
 

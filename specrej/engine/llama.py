@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from ..errors import SpecrejError
 from .budget import check_context, kv_bytes_per_token
 from .cache import KVCache, PromptKV
-from .compiled import CompiledDecode
 from .linear import linear_for
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # the model types LlamaForward runs
@@ -58,7 +57,7 @@ def attend_decode(q, prompt_k, prompt_v, k, v, scale: float) -> torch.Tensor:
 
 class LayerWeights(NamedTuple):
     """One decoder layer's tensors as the layer functions take them: passed in, not read from the
-    module, so that one function serves every layer (eager, and in `compiled.StaticDecodeStep`)."""
+    module, so that one function serves every layer (eager, and as the inputs of the compiled graph)."""
 
     input_norm: torch.Tensor
     post_attention_norm: torch.Tensor
@@ -103,8 +102,9 @@ def attention_output_and_mlp(x: torch.Tensor, out: torch.Tensor, w: LayerWeights
 
 
 class LayerRun(NamedTuple):
-    """How `LlamaForward._forward` runs the layers: a layer's two halves around attention, each
-    layer's weights as they take them, and the GEMM they call."""
+    """How `LlamaForward.run_layers` runs the layers: a layer's two halves around attention, each
+    layer's weights as they take them, and the GEMM they call (the compiled step takes the same
+    halves with the weights as its graph's inputs and the graph's GEMM: `compiled.StaticDecodeStep`)."""
 
     inputs: Callable  # attention_inputs or a class's own
     output: Callable  # attention_output_and_mlp or a class's own
@@ -112,16 +112,47 @@ class LayerRun(NamedTuple):
     linear: Callable  # F.linear, or linear.packed_linear with packed weights
 
 
+class LlamaFootprint:
+    """The bytes a `LlamaForward` allocates beside its weights, as the memory budget counts them
+    (`budget.Footprint`): its KV per token, and bounds on the activations of a step and of a prompt."""
+
+    def __init__(self, forward: LlamaForward):
+        self.heads, self.kv_heads, self.head_dim = forward.num_heads, forward.num_kv_heads, forward.head_dim
+        self.hidden, self.intermediate = forward.config.hidden_size, forward.config.intermediate_size
+        self.qk_norm = forward.qk_norm
+        self.kv_bytes_per_token = kv_bytes_per_token(len(forward.layers), self.kv_heads, self.head_dim, forward.dtype)
+
+    def decode_row_bytes(self, context_len: int) -> int:
+        """Upper bound on one row's activations in a decode step with `context_len` tokens of KV
+        (prompt + generated), counted at 4 bytes an element: the residual stream, norm and
+        attention output (4 x hidden), the fused qkv output and its rotated copies (3 x qkv), the
+        gate/up output, activation and product (4 x intermediate), and the attention scores,
+        their scaled and soft-maxed copies and the re-laid-out prompt part (5 x heads x context);
+        with `qk_norm` (Qwen3) also the normed q and k and their concatenation (2 x qkv)."""
+        qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
+        qk_norm = 2 * qkv if self.qk_norm else 0
+        return 4 * (4 * self.hidden + 3 * qkv + qk_norm + 4 * self.intermediate + 5 * self.heads * context_len)
+
+    def prefill_bytes(self, prompt_len: int) -> int:
+        """Upper bound on the prompt's activations in `forward_prompt` and its attention scores."""
+        return prompt_len * self.decode_row_bytes(prompt_len) + 4 * self.heads * prompt_len**2
+
+    def extra_cache_bytes(self, prompt_len: int, rows: int) -> int:
+        """0: a `KVCache` holds exactly what the budget counts (the prompt once, each row's generated tokens)."""
+        return 0
+
+
 class LlamaForward:
     """The forward pass of a Hugging Face Llama, Mistral, Qwen2 or Qwen3 causal LM over a `KVCache`."""
 
     kind = "llama"  # the engine's own forward pass (decoding.ForwardPass.kind)
+    footprint_class = LlamaFootprint  # the bytes it takes beside its weights (a subclass names its own)
     chunked_decode = True  # forward_step takes any chunk of rows (first_row)
     layer_steps = (attention_inputs, attention_output_and_mlp)  # a layer's two halves around attention
 
-    def __init__(self, model, compile: bool = False, pack_weights: bool = True):
-        """`compile`: a decode step runs as one compiled graph (`compiled.CompiledDecode`); False: eager.
-        `pack_weights`: the eager GEMMs run on packed weights where that is faster (`linear.linear_for`)."""
+    def __init__(self, model, pack_weights: bool = True):
+        """`pack_weights`: the GEMMs run on packed weights where that is faster (`linear.linear_for`).
+        Compiling the decode step is the engine's choice: `compiled.CompiledForward` wraps this."""
         config = model.config
         self.model, self.config = model, config
         self.layers = model.model.layers
@@ -136,7 +167,7 @@ class LlamaForward:
         self.device, self.dtype = model.device, model.dtype
         self.max_positions = config.max_position_embeddings
         self.sliding_window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
-        self.kv_bytes_per_token = kv_bytes_per_token(len(self.layers), self.num_kv_heads, self.head_dim, self.dtype)
+        self.footprint = self.footprint_class(self)
         self.num_layer_states = len(self.layers) + 1  # the embedding output and each layer's
         self._fuse_projections()
         self.act = self.layers[0].mlp.act_fn  # one module for every layer
@@ -145,8 +176,6 @@ class LlamaForward:
         # prefill and decode (the compiled step takes the same weights); the lm_head's weight prepared alike
         self.eager_run = LayerRun(*self.layer_steps, self._layer_weights(prepare), linear)
         self.lm_head = (linear, prepare(model.lm_head.weight), model.lm_head.bias)
-        self.compiled = compile
-        self.compiled_step = CompiledDecode(self) if compile else None
 
     def _layer_weights(self, prepare: Callable) -> list[LayerWeights]:
         """Per layer, its tensors; the GEMMs' weights as `prepare` makes them for the run's `linear`."""
@@ -182,30 +211,11 @@ class LlamaForward:
         if self.sliding_window and total > self.sliding_window:
             raise SpecrejError(f"prompt + max_new_tokens ({total}) exceeds the sliding window {self.sliding_window}")
 
-    def new_cache(self) -> KVCache:
-        # compiled: a spare slot per row, so the step's attention span is never the whole buffer (one graph)
+    def new_cache(self, spare_slots: int = 0) -> KVCache:
+        """An empty `KVCache` for this model; `spare_slots` more per row than a layout asks for (the
+        compiled step's: `cache.KVCache`)."""
         return KVCache(len(self.layers), self.num_kv_heads, self.head_dim, self.dtype, self.device,
-                       spare_slots=int(self.compiled_step is not None))
-
-    def decode_row_bytes(self, context_len: int) -> int:
-        """Upper bound on one row's activations in a decode step with `context_len` tokens of KV
-        (prompt + generated), counted at 4 bytes an element: the residual stream, norm and
-        attention output (4 x hidden), the fused qkv output and its rotated copies (3 x qkv), the
-        gate/up output, activation and product (4 x intermediate), and the attention scores,
-        their scaled and soft-maxed copies and the re-laid-out prompt part (5 x heads x context);
-        with `qk_norm` (Qwen3) also the normed q and k and their concatenation (2 x qkv)."""
-        qkv = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
-        qk_norm = 2 * qkv if self.qk_norm else 0
-        return 4 * (4 * self.config.hidden_size + 3 * qkv + qk_norm + 4 * self.config.intermediate_size
-                    + 5 * self.num_heads * context_len)
-
-    def prefill_bytes(self, prompt_len: int) -> int:
-        """Upper bound on the prompt's activations in `forward_prompt` and its attention scores."""
-        return prompt_len * self.decode_row_bytes(prompt_len) + 4 * self.num_heads * prompt_len**2
-
-    def extra_cache_bytes(self, prompt_len: int, rows: int) -> int:
-        """0: a `KVCache` holds exactly what the budget counts (the prompt once, each row's generated tokens)."""
-        return 0
+                       spare_slots=spare_slots)
 
     # -- attention windows (a sliding-window architecture overrides these) -----------------
     def prompt_masks(self, seq: int) -> list[torch.Tensor | None]:
@@ -237,7 +247,7 @@ class LlamaForward:
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=masks[layer], scale=self.scale, enable_gqa=True)
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
 
-        hidden = self._forward(token_ids, 0, attend, self.eager_run, layer_states)
+        hidden = self._forward(token_ids, 0, attend, layer_states)
         return PromptKV(ks, vs), hidden
 
     def forward_step(self, cache: KVCache, tokens: torch.Tensor, pos: int, first_row: int = 0,
@@ -246,10 +256,7 @@ class LlamaForward:
         first_row...: writes their k/v into `cache` and returns their hidden states [rows, hidden]
         (`layer_states` [num_layer_states, rows, hidden], if given, receives every layer's).
         A layer whose window starts later (`first_visible`) attends to the tail of the shared prompt
-        KV and of the rows' own KV: every row is at the same position, so the window is a slice.
-        Compiled (`compiled_step`), the step is one graph, unless it collects every layer's states."""
-        if self.compiled_step is not None and layer_states is None:
-            return self.compiled_step(cache, tokens, pos, first_row)
+        KV and of the rows' own KV: every row is at the same position, so the window is a slice."""
         prompt_len = cache.prompt_len
 
         def attend(layer, q, k, v):
@@ -262,18 +269,12 @@ class LlamaForward:
                 k, v = k[:, :, own:], v[:, :, own:]
             return attend_decode(q, prompt_k, prompt_v, k, v, self.scale)
 
-        return self._forward(tokens, prompt_len + pos, attend, self.eager_run, layer_states)
+        return self._forward(tokens, prompt_len + pos, attend, layer_states)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         linear, weight, bias = self.lm_head
         return linear(hidden, weight, bias).float()
-
-    def sample_plain(self, hidden: torch.Tensor, temperature: float, generator: torch.Generator):
-        """Compiled (`compiled_step`): plain sampling as one graph (`compiled.StaticSampler`); else None."""
-        if self.compiled_step is None:
-            return None
-        return self.compiled_step.sample(hidden, temperature, generator)
 
     def rotary(self, x: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer, the rotary embedding's cos and sin [1, seq, 1, d] at `positions`: one for every layer."""
@@ -283,31 +284,39 @@ class LlamaForward:
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.model.model.norm)
 
-    def _forward(self, token_ids: torch.Tensor, first_pos: int, attend: Callable, run: LayerRun,
+    def _forward(self, token_ids: torch.Tensor, first_pos: int, attend: Callable,
                  layer_states: torch.Tensor | None = None) -> torch.Tensor:
-        """Run the transformer on token_ids [rows, seq] at positions first_pos...: per layer, `run`'s
-        two halves around `attend(layer, q, k, v)`, which supplies attention. Returns the final
-        (normed) hidden state of the last position, [rows, hidden]: logits are made from it in row
-        chunks (see `sampler.sample`).
+        """Run the transformer on token_ids [rows, seq] at positions first_pos...: the embedding, the
+        layers (`run_layers`, attention from `attend(layer, q, k, v)`), the final norm. Returns the
+        final (normed) hidden state of the last position, [rows, hidden]: logits are made from it in
+        row chunks (see `sampler.sample`).
 
         `layer_states` [len(layers) + 1, rows, hidden], if given, receives the last position's state
         as transformers' output_hidden_states gives it: the embedding output (Gemma 3: scaled), each
         layer's output but the last, and the final normed state."""
-        rows, seq = token_ids.shape
+        seq = token_ids.shape[1]
         x = self.model.get_input_embeddings()(token_ids)
         positions = torch.arange(first_pos, first_pos + seq, device=self.device)[None]
-        rotary = self.rotary(x, positions)
+        x = self.run_layers(x, self.rotary(x, positions), attend, self.eager_run, layer_states)
+        hidden = self.final_norm(x[:, -1])
+        if layer_states is not None:
+            layer_states[-1].copy_(hidden)
+        return hidden
+
+    def run_layers(self, x: torch.Tensor, rotary: list, attend: Callable, run: LayerRun,
+                   layer_states: torch.Tensor | None = None) -> torch.Tensor:
+        """The layer loop, eager and compiled alike: x [rows, seq, hidden] through every layer,
+        `run`'s two halves around `attend(layer, q, k, v)` with the layer's (cos, sin) of `rotary`;
+        `layer_states`, if given, receives each layer's input at the last position."""
         for i, weights in enumerate(run.weights):
             if layer_states is not None:
                 layer_states[i].copy_(x[:, -1])
             cos, sin = rotary[i]
             q, k, v = run.inputs(x, weights, cos, sin, self.num_heads, self.num_kv_heads, self.head_dim, run.linear)
-            out = attend(i, q, k, v)  # [rows, heads, seq, d]
-            x = run.output(x, out, weights, self.act, run.linear)
-        hidden = self.final_norm(x[:, -1])
-        if layer_states is not None:
-            layer_states[-1].copy_(hidden)
-        return hidden
+            x = run.output(x, attend(i, q, k, v), weights, self.act, run.linear)  # attention [rows, heads, seq, d]
+        return x
+
+
 
 
 def _fuse(*modules, attr: str):

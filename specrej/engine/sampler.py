@@ -1,35 +1,45 @@
-"""The sampler: `sample` draws each row's next token from hidden states (`sample_next`: temperature,
-top-k, top-p) and reads off its distribution what was asked for: the token's log-prob
-(`token_logprobs`), the k largest log-probs (`top_logprobs`, DeepConf's confidence) and the
-self-certainty (`self_certainty`, the reward-free score). `sampler_copies` bounds its memory."""
+"""The sampler: `sample` draws each row's next token from hidden states (`draw`: the logits, then
+`sample_next`: temperature, top-k, top-p) and reads off its distribution what was asked for: the
+token's log-prob (`token_logprobs`), the k largest log-probs (`top_logprobs`, DeepConf's
+confidence) and the self-certainty (`self_certainty`, the reward-free score). A compiled engine
+draws through its own graph instead (`compiled.CompiledForward.draw`, the same signature), which
+finds the drawn token with `inverse_cdf`. `sampler_copies` bounds its memory."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 
 from .sampling import SamplingParams
 
 
+def draw(model, hidden: torch.Tensor, params: SamplingParams, generator: torch.Generator
+         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row from hidden states [rows, hidden] (`sample_next` of `model.logits`) and
+    its log-prob under the untempered distribution: (tokens, log-probs), each [rows]."""
+    logits = model.logits(hidden)
+    chosen = sample_next(logits, params, generator)
+    return chosen, token_logprobs(logits, chosen)
+
+
 @torch.inference_mode()
 def sample(model, hidden: torch.Tensor, params: SamplingParams, generator: torch.Generator,
-           chunk_rows: int, top_k: int = 0, certainty: bool = False
+           chunk_rows: int, top_k: int = 0, certainty: bool = False, draw_tokens=draw,
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Next token and its log-prob for each row, from hidden states [rows, hidden] of `model` (a
-    `decoding.ForwardPass`: its `logits` and `sample_plain`); with `top_k` >
-    0 the k largest log-probs of each row's distribution ([rows, k]), and with `certainty` each
-    distribution's self-certainty ([rows], `self_certainty`); None for what was not asked.
+    `decoding.ForwardPass`: its `logits`); with `top_k` > 0 the k largest log-probs of each row's
+    distribution ([rows, k]), and with `certainty` each distribution's self-certainty ([rows],
+    `self_certainty`); None for what was not asked. `draw_tokens` (default: `draw`) draws the
+    tokens and their log-probs where nothing else is asked (a compiled engine's draws in one graph).
 
     Logits are made `chunk_rows` rows at a time: SR's initial batch can run to thousands of
-    rows, and [rows, vocab] fp32 logits plus the sampler's temporaries would not fit. Plain
-    sampling goes through the forward pass's own `sample_plain` where it has one (a compiled
-    forward pass: one graph, `compiled.StaticSampler`).
+    rows, and [rows, vocab] fp32 logits plus the sampler's temporaries would not fit.
     """
-    if not top_k and not certainty and params.temperature > 0 and not params.top_k and params.top_p == 1:
-        drawn = [model.sample_plain(chunk, params.temperature, generator) for chunk in hidden.split(chunk_rows)]
-        if drawn[0] is not None:
-            return torch.cat([t for t, _ in drawn]), torch.cat([lp for _, lp in drawn]), None, None
+    if not top_k and not certainty:
+        drawn = [draw_tokens(model, chunk, params, generator) for chunk in hidden.split(chunk_rows)]
+        return torch.cat([t for t, _ in drawn]), torch.cat([lp for _, lp in drawn]), None, None
     tokens, logprobs, tops, certainties = [], [], [], []
     for chunk in hidden.split(chunk_rows):
         logits = model.logits(chunk)
@@ -93,3 +103,27 @@ def sampler_copies(params: SamplingParams) -> int:
     the softmax and its cumsum: 4. Half a copy more for the lm_head output of a 16-bit model.
     """
     return 8 if params.top_p < 1 else 5
+
+
+CDF_BLOCK = 256  # inverse_cdf's block (docs/results.md, "The decode step as one graph": the sizes tried)
+
+
+def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per row, the first index where the cumulative sum of `weights` [rows, vocab] (non-negative,
+    unnormalised probabilities) exceeds `u` [rows, 1] (uniform in [0, 1)) times their total: what
+    `searchsorted(weights.cumsum(-1), u * total, right=True)` gives, [rows, 1], without writing the
+    vocabulary's cumulative sum (a serial pass, the sampler's slowest): the sums of blocks of
+    CDF_BLOCK entries, their cumulative sum, and the cumulative sum of the one block the draw falls in."""
+    rows, vocab = weights.shape
+    blocks = -(-vocab // CDF_BLOCK)
+    weights = F.pad(weights, (0, blocks * CDF_BLOCK - vocab)).view(rows, blocks, CDF_BLOCK)
+    block_cdf = weights.sum(-1).cumsum(-1)
+    target = u * block_cdf[:, -1:]
+    block = torch.searchsorted(block_cdf, target, right=True).clamp_max(blocks - 1)
+    before = F.pad(block_cdf, (1, 0))[:, :-1].gather(-1, block)  # the blocks' totals before the chosen one
+    within = weights.gather(1, block[:, :, None].expand(rows, 1, CDF_BLOCK)).squeeze(1).cumsum(-1)
+    # kept below the block's own total, which rounds differently from its sum: the index found is
+    # then always one of positive weight, never a zero-weight tail of the block
+    rest = torch.minimum(target - before, within[:, -1:] * (1 - 2**-23))
+    offset = torch.searchsorted(within, rest, right=True)
+    return (block * CDF_BLOCK + offset).clamp_max(vocab - 1)

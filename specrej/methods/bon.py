@@ -36,5 +36,5 @@ BEST_OF_N = register(Method(
     display=Display(name="Best-of-N", color="#fc8d62", marker="o", reference=True),
     batch_param="batch_size",
     setting_keys=("n",),
-    step_seconds=0.054,  # a shard of 16 rows per prompt and new token: 86-92 s for 24 prompts x 64 steps
+    step_seconds=0.054,  # the workflow's time estimate (docs/results.md, "Time estimates of the workflow")
 ))

@@ -207,6 +207,6 @@ DEEPCONF = register(Method(
     display=Display(name="DeepConf", color="#8c564b", marker="D"),
     batch_param="batch_size",
     setting_keys=("n", "eta"),
-    step_seconds=0.110,  # N=32: 174.3 s for 24 prompts x 64 steps, 5.9 s of it loading
+    step_seconds=0.110,  # the workflow's time estimate (docs/results.md, "Time estimates of the workflow")
     requires=lambda p: f"--param n_init ({p['n_init']}) must be at most --n ({p['n']})" if p["n_init"] > p["n"] else None,
 ))

@@ -260,6 +260,6 @@ PANDORA = register(Method(
     display=Display(name="Pandora BoN", color="#6a3d9a", marker="P"),
     batch_param="round_size",
     setting_keys=("n", "cost"),
-    step_seconds=0.172,  # N=64, cost 0.002: 270.4 s for 24 prompts x 64 steps
+    step_seconds=0.172,  # the workflow's time estimate (docs/results.md, "Time estimates of the workflow")
     requires=lambda p: rule_problem(p["n"], p["min_open"], p["delta"]),
 ))

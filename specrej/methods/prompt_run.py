@@ -40,7 +40,7 @@ def flop_shapes(engine, reward: Reward) -> FlopShapes | None:
 def measure_memory_default(device: torch.device) -> bool:
     """Measure the peak memory of each prompt's run? SPECREJ_MEASURE_MEMORY (1 / 0) if set, else on
     for CUDA (the allocator's statistics cost nothing) and off on CPU (budget.StorageTracker
-    intercepts every op: about 10-20 % more time for 16-64 rows of SmolLM2, which would bias timings)."""
+    intercepts every op, which slows the run and would bias timings: docs/results.md, "Memory")."""
     setting = os.environ.get("SPECREJ_MEASURE_MEMORY", "").strip()
     return setting not in ("0", "false") if setting else device.type == "cuda"
 

@@ -60,5 +60,5 @@ RANDOM_HALTING = register(Method(
     display=Display(name="Random SR", color="#e78ac3", marker="v"),
     batch_param="batch_size",
     setting_keys=("alpha",),
-    step_seconds=0.097,  # b_init 128 at the default study's sizes: 135.2-175.7 s for 24 prompts at alpha 0.9-0.5
+    step_seconds=0.097,  # the workflow's time estimate (docs/results.md, "Time estimates of the workflow")
 ))

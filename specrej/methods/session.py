@@ -18,7 +18,7 @@ import torch
 from ..engine.budget import TokenBudget, default_memory_budget, format_size, token_capacity
 from ..engine.decoding import Rollout, RowOutput, decode_rollout, make_room, prefill
 from ..engine.sampling import SamplingParams
-from ..engine.work_clock import WorkClock
+from ..engine.work_clock import CPU_CLOCK, WorkClock
 from ..errors import SpecrejError
 from ..records import flops
 from ..records.answers import extract_answer
@@ -103,6 +103,7 @@ class Session:
             raise SpecrejError("empty prompt")
         self.started = time.perf_counter()
         self.clock = WorkClock(engine.device)  # wall seconds of the generate and score parts; the run's compute
+        self.graphs_before = engine.graph_seconds()  # graphs loaded or compiled during the run: not its compute
         self.engine, self.reward, self.prompt, self.sampling, self.seed = engine, reward, prompt, sampling, seed
         self.prompt_id = prompt_id
         self.answer_extract = answer_extract  # how `answer` finds a response's answer (`records.answers`)
@@ -309,10 +310,15 @@ class Session:
         the reward), compute_s: the run's compute, which does not depend on the machine's other
         work (compute_clock: process_cpu, the process's CPU seconds over the run, or cuda_events,
         the device seconds of the generate and score parts: `engine.work_clock`), and threads:
-        torch's CPU threads."""
-        return {"total_s": time.perf_counter() - self.started, "generate_s": self.clock.wall_s("generate"),
-                "score_s": self.clock.wall_s("score"), "compute_s": self.clock.compute_s(),
-                "compute_clock": self.clock.kind, "threads": torch.get_num_threads()}
+        torch's CPU threads. A compiled engine's graphs loaded or compiled during the run are not
+        its work: their wall seconds (`graphs_s`, named only when there were any) are left out of
+        generate_s and compute_s (on a CPU their CPU seconds), as loading the model is."""
+        wall, cpu = (now - before for now, before in zip(self.engine.graph_seconds(), self.graphs_before))
+        graphs = {"graphs_s": wall} if wall else {}
+        compute = self.clock.compute_s() - (cpu if self.clock.kind == CPU_CLOCK else wall)
+        return {"total_s": time.perf_counter() - self.started, "generate_s": self.clock.wall_s("generate") - wall,
+                "score_s": self.clock.wall_s("score"), "compute_s": compute,
+                "compute_clock": self.clock.kind, "threads": torch.get_num_threads(), **graphs}
 
     def _flops(self) -> dict | None:
         """FLOPs of the work done (`flops` module's convention): the prefill once, each rollout's

@@ -105,5 +105,5 @@ SPECULATIVE_REJECTION = register(Method(
     display=Display(name="SR", color="#66c2a5", marker="o"),
     batch_param="batch_size",
     setting_keys=("alpha",),
-    step_seconds=0.112,  # b_init 128 at the default study's sizes: 130.4-226.1 s for 24 prompts at alpha 0.5-0.9
+    step_seconds=0.112,  # the workflow's time estimate (docs/results.md, "Time estimates of the workflow")
 ))

@@ -53,5 +53,5 @@ ADAPTIVE = register(Method(
     batch_param="batch_size",
     record_method="sr",
     setting_keys=("delta",),
-    step_seconds=0.112,  # SR's
+    step_seconds=0.112,  # SR's: the workflow's time estimate (docs/results.md, "Time estimates of the workflow")
 ))

@@ -209,5 +209,5 @@ ST_BON = register(Method(
     label=lambda params: f"ST-BoN N={params['n']}",
     display=Display(name="ST-BoN", color="#a6d854", marker="^"),
     setting_keys=("n",),
-    step_seconds=0.043,  # 72.5 s at N=32 for 24 prompts x 64 new tokens
+    step_seconds=0.043,  # the workflow's time estimate (docs/results.md, "Time estimates of the workflow")
 ))

@@ -92,11 +92,11 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device, *, cpu_bfloat1
     """auto = bfloat16 on CUDA; on a CPU, bfloat16 where it has native bf16 matmul
     (``cpu_has_native_bfloat16``) and `cpu_bfloat16` allows it, else float32.
 
-    Why bf16 on such CPUs: decode is matmul-bound and bf16 GEMMs run ~2x float32's there
-    (README, Engine benchmark), while the log-prob reward moves by 0.006 nats on average (max
-    0.032) against float32 (benchmarks/bf16_logprob_tolerance.py). Reward models and the local
-    judge pass `cpu_bfloat16=False`: their scores choose the answer and their bf16 error was not
-    measured, so they stay in float32 on a CPU unless asked."""
+    Why bf16 on such CPUs: decode is matmul-bound and bf16 GEMMs are much faster than float32's
+    there (docs/results.md, "Engine benchmark"), while the log-prob reward stays close to float32's
+    (benchmarks/bf16_logprob_tolerance.py; docs/results.md, "The default dtype"). Reward models
+    and the local judge pass `cpu_bfloat16=False`: their scores choose the answer and their bf16
+    error was not measured, so they stay in float32 on a CPU unless asked."""
     if isinstance(dtype, torch.dtype):
         return dtype
     bfloat16 = device.type == "cuda" or (device.type == "cpu" and cpu_bfloat16 and cpu_has_native_bfloat16())
