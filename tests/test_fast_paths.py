@@ -291,7 +291,7 @@ def test_the_compiled_step_matches_eager_with_one_graph_per_row_range(model_dir,
     import torch._dynamo
 
     from specrej.cli.main import main
-    from specrej.engine.compiled import resolve_compile
+    from specrej.engine.graph_build import compile_ranges
     from specrej.records.io import read_records
 
     monkeypatch.setenv("SPECREJ_MEASURE_MEMORY", "0")
@@ -320,9 +320,10 @@ def test_the_compiled_step_matches_eager_with_one_graph_per_row_range(model_dir,
     outs["off"].write_bytes(first)
     argv[argv.index("--out") + 1], argv[argv.index("--compile") + 1] = str(outs["off"]), "on"
     assert main(argv) == 2 and outs["off"].read_bytes() == first
+    fallback = type("Fallback", (), {"kind": "hf"})()
     with pytest.raises(SpecrejError, match="only the engine's own forward passes compile"):
-        resolve_compile("on", fast_path=False, device=torch.device("cpu"))
-    assert resolve_compile("auto", fast_path=True, device=torch.device("cpu")) is False
+        compile_ranges("on", fallback)
+    assert compile_ranges("auto", fallback) == compile_ranges("off", fallback) == ()
 
 
 def test_compiling_graphs_is_recorded_apart_from_the_compute(model_dir, tmp_path, monkeypatch):
@@ -542,3 +543,50 @@ def test_the_decode_attention_kernel_matches_softmax_attention_in_float64(dtype)
         assert torch.allclose(own_out.double(), expected[..., prompt_len:] @ values[:, :, prompt_len:], atol=atol)
         total = expected_prompt.view(kv_heads, rows, group, prompt_len).transpose(0, 1) @ prompt_v + own_out.double()
         assert torch.allclose(total, expected @ values, atol=2 * atol)
+
+
+def test_specrej_compile_builds_the_graphs_and_auto_follows_its_measurement(model_dir, tmp_path, monkeypatch, capsys):
+    """`specrej compile` builds a range's graphs and keeps eager and compiled step times beside them;
+    --compile auto then runs compiled on exactly the ranges whose graphs are there and whose
+    measurement at this thread count says compiled is faster, eager where any of that is missing."""
+    import torch._dynamo
+
+    from specrej import load_engine
+    from specrej.cli.main import main
+    from specrej.engine.graph_cache import artifact_dir, measurement_path, write_measurement
+
+    monkeypatch.setenv("SPECREJ_CACHE", str(tmp_path / "cache"))
+    torch._dynamo.reset()
+    path = str(model_dir("qwen3"))
+    assert load_engine(path, dtype="float32", compile="auto").compiled is False  # nothing built: eager
+    assert main(["compile", "--model", path, "--dtype", "float32", "--rows", "4", "--tokens", "3",
+                 "--repeats", "1", "--threads", "1"]) == 0
+    assert "4 rows (2-64): eager" in capsys.readouterr().out
+    engine = load_engine(path, dtype="float32", compile="off")
+    artifacts = artifact_dir(engine.forward)
+    measured = json.loads(measurement_path(artifacts, 1).read_text())
+    assert measured["threads"] == 1 and list(measured["ranges"]) == ["2-64"]
+    assert measured["ranges"]["2-64"]["rows"] == 4 and min(measured["ranges"]["2-64"].values()) > 0
+
+    def auto(eager_s, compiled_s, threads=1):
+        write_measurement(artifacts, {"threads": threads, "tokens": 3, "ranges": {
+            "2-64": {"rows": 4, "eager_s": eager_s, "compiled_s": compiled_s},
+            "65-": {"rows": 128, "eager_s": 2.0, "compiled_s": 1.0}}})  # faster, but its graphs were not built
+        engine = load_engine(path, dtype="float32", compile="auto")
+        return sorted(engine.forward.ranges) if engine.compiled else []
+
+    torch.set_num_threads(1)
+    assert auto(eager_s=2.0, compiled_s=1.0) == ["2-64"]
+    assert auto(eager_s=1.0, compiled_s=2.0) == []  # measured slower: eager
+    measurement_path(artifacts, 1).unlink()
+    assert auto(eager_s=2.0, compiled_s=1.0, threads=2) == []  # measured at another thread count
+    (artifacts / "sample-2-64.bin").unlink()
+    assert auto(eager_s=2.0, compiled_s=1.0) == []  # a graph missing
+    # a compiled range runs its graph, the others the eager step
+    engine = load_engine(path, dtype="float32", compile="on")
+    engine.forward.ranges = {"2-64"}
+    rollout = engine.rollout(decoding.prefill(engine.forward, engine.encode_prompt(PROMPT)), 1, 2,
+                             SamplingParams(max_new_tokens=2), torch.Generator().manual_seed(0))
+    while rollout.num_rows:
+        rollout.step()
+    assert "step-1" not in engine.forward.compiled

@@ -33,6 +33,27 @@ def fetch_models(args: argparse.Namespace) -> None:
         print(f"{spec}: {prepare_model(spec)}")
 
 
+def compile_graphs(args: argparse.Namespace) -> None:
+    """`specrej compile`: the graphs built and measured (`graph_build.build_and_measure`)."""
+    from ..engine.graph_build import build_and_measure
+    from ..engine.graph_cache import artifact_dir, measurement_path
+    from ..engine.load import load_engine
+
+    if args.tokens < 1 or args.repeats < 1 or not args.rows or min(args.rows) < 1:
+        raise SpecrejError("--rows, --tokens and --repeats must be 1 or more")
+    engine = load_engine(args.model, dtype=args.dtype, device=args.device, compile="off")
+    print(f"specrej compile: {args.model}, {str(engine.dtype).removeprefix('torch.')} on {engine.device}, "
+          f"{engine.forward_kind} forward pass", flush=True)
+    if engine.forward_kind != "llama":
+        raise SpecrejError(f"{args.model} runs through the fallback forward pass, which does not compile")
+    measured = build_and_measure(engine, tuple(args.rows), args.tokens, args.repeats,
+                                 progress=lambda line: print(line, flush=True))
+    faster = [name for name, m in measured["ranges"].items() if m["compiled_s"] < m["eager_s"]]
+    where = measurement_path(artifact_dir(engine.forward), measured["threads"])
+    print(f"kept in {where}; --compile auto at {measured['threads']} threads runs compiled on "
+          + (", ".join(f"{name} rows" for name in faster) if faster else "no row range (eager everywhere)"))
+
+
 PROMPT_WIDTH = 70  # the prompt on one 80-column line: the response is what a reader opens the file for
 
 
@@ -285,7 +306,7 @@ def _run(args: argparse.Namespace) -> int:
 
             set_threads(args.threads)
         commands = {"generate": generate, "score-prefixes": score_prefixes, "summary": summarize,
-                    "fetch-model": fetch_models, "doctor": doctor}
+                    "fetch-model": fetch_models, "compile": compile_graphs, "doctor": doctor}
         return commands[args.command](args) or 0
     except SpecrejError as error:
         print("specrej: error: " + " ".join(str(error).splitlines()), file=sys.stderr)  # one line

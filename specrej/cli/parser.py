@@ -206,10 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the decode step as one torch.compile graph, gpt-fast style (static KV cache, the "
                           "position as data; the rows a dynamic dimension: one graph for 1 row, one for 2-64, one "
                           "above), with plain sampling compiled too (the engine's own forward passes only); each "
-                          "graph compiled ahead of time once per machine into $SPECREJ_CACHE/compiled. 'auto' is "
-                          "off on every device today (on a CPU a study job gains too little to pay the first "
-                          "compile; not yet measured on CUDA: docs/results.md). A compiled run's records carry "
-                          "params.compiled")
+                          "graph compiled ahead of time once per machine into $SPECREJ_CACHE/compiled. 'auto' "
+                          "runs compiled on the row ranges whose graphs `specrej compile` built on this machine and "
+                          "measured faster than eager at this thread count, eager elsewhere (without that "
+                          "measurement: eager; a cold compile does not pay within one run). A compiled run's "
+                          "records carry params.compiled")
     from ..methods import built_in
 
     gen.add_argument("--method", required=True, metavar="METHOD",
@@ -286,6 +287,25 @@ def build_parser() -> argparse.ArgumentParser:
                     "into the Hugging Face cache. Safe to run in several processes at once: one prepares, the "
                     "others wait for it.")
     fetch.add_argument("models", nargs="+", metavar="MODEL")
+
+    build = commands.add_parser(
+        "compile", help="build this machine's compiled decode graphs ahead, and measure them against eager",
+        description="For MODEL on this machine, at --threads: compile the decode step's and the plain sampler's "
+                    "graphs for the row range of each of --rows (1 row, 2-64 rows, more) into $SPECREJ_CACHE/"
+                    "compiled, then time eager and compiled steps in turn at that many rows, and keep the times "
+                    "beside the graphs. `--compile auto` (every command's default) then runs compiled on the "
+                    "ranges this measurement found faster, eager on the others; without it, eager.",
+        formatter_class=_HelpFormatter)
+    build.add_argument("--model", default="default", help="the generator (as generate's --model)")
+    build.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                       help="as generate's: the graphs are per dtype")
+    build.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    build.add_argument("--threads", type=_threads, metavar="N",
+                       help="CPU threads, as the runs that will use the graphs (default: OMP_NUM_THREADS, else 1)")
+    build.add_argument("--rows", type=_ints, default=[1, 16, 128], metavar="ROWS",
+                       help="row counts measured, one per range (default 1,16,128)")
+    build.add_argument("--tokens", type=int, default=32, metavar="N", help="decode steps timed per run (default 32)")
+    build.add_argument("--repeats", type=int, default=3, metavar="N", help="runs timed, the best kept (default 3)")
 
     doctor = commands.add_parser(
         "doctor", help="check that this install works (versions, device, model, a short run) before a long one",

@@ -164,6 +164,8 @@ def row_range(rows: int) -> str:
     return "1" if rows == 1 else f"2-{PACKED_MAX_ROWS}" if rows <= PACKED_MAX_ROWS else f"{PACKED_MAX_ROWS + 1}-"
 
 
+ALL_RANGES = ("1", f"2-{PACKED_MAX_ROWS}", f"{PACKED_MAX_ROWS + 1}-")  # row_range's values
+
 SPAN_BLOCK = 16  # the rows' own KV that a step attends to: the filled slots rounded up to this
 
 
@@ -204,12 +206,14 @@ class CompiledForward:
 
     compiled = True
 
-    def __init__(self, forward):
+    def __init__(self, forward, ranges: tuple[str, ...] = ()):
+        """`ranges`: the row ranges (`row_range`) that run compiled, the others eagerly; () for all."""
         # both code caches checked first: a refusal stops the run before its first prompt, with nothing changed
         self.artifacts, self.cache = artifact_dir(forward), cache_dir()
         refuse_untrusted(self.artifacts, self.cache, "SPECREJ_CACHE")
         use_inductor_cache()
         self.forward_pass = forward
+        self.ranges = set(ranges or ALL_RANGES)
         self.module = StaticDecodeStep(forward)
         self.samplers: dict[bool, StaticSampler] = {}  # tempered or not (StaticSampler)
         self.compiled: dict = {}  # graph name (step-<range>, sample-[tempered-]<range>) -> its compiled function
@@ -231,15 +235,18 @@ class CompiledForward:
 
     def forward_step(self, cache, tokens: torch.Tensor, pos: int, first_row: int = 0,
                      layer_states: torch.Tensor | None = None) -> torch.Tensor:
-        """`forward_pass.forward_step`, as one graph unless it collects every layer's states."""
-        if layer_states is not None:
+        """`forward_pass.forward_step`, as one graph unless it collects every layer's states or its
+        rows' range does not run compiled."""
+        if layer_states is not None or row_range(tokens.shape[0]) not in self.ranges:
             return self.forward_pass.forward_step(cache, tokens, pos, first_row, layer_states)
         return self.step(cache, tokens, pos, first_row)
 
     def draw(self, model, hidden: torch.Tensor, params, generator: torch.Generator):
         """`sampler.draw` (one token per row and its log-prob) through `StaticSampler`'s graph when
-        the sampling is plain (no top-k or top-p cut, temperature > 0); else the eager draw."""
-        if params.temperature == 0 or params.top_k or params.top_p < 1:
+        the sampling is plain (no top-k or top-p cut, temperature > 0) and its rows' range runs
+        compiled; else the eager draw."""
+        plain = params.temperature > 0 and not params.top_k and params.top_p == 1
+        if not plain or row_range(hidden.shape[0]) not in self.ranges:
             return draw(model, hidden, params, generator)
         return self.sample(hidden, params.temperature, generator)
 
@@ -377,24 +384,3 @@ def _mark_rows(*tensors: torch.Tensor) -> None:
     for tensor in tensors:
         if tensor.shape[0] > 1:
             torch._dynamo.maybe_mark_dynamic(tensor, 0)
-
-
-COMPILE_SETTINGS = ("auto", "on", "off")
-
-
-def resolve_compile(setting: str, fast_path: bool, device: torch.device) -> bool:
-    """Whether the decode step runs compiled: --compile `setting` for a model on `device`, whose
-    forward pass is the engine's own (`fast_path`) or the fallback (never compiled).
-
-    auto: eager on every device. It decides for one run, and one run on a CPU does not pay a cold
-    compile, while a whole study, whose jobs share the graphs, can (docs/results.md, "The default
-    study compiled"). On CUDA no measurement backs it (`make gpu-check` measures it where a GPU is
-    lent), and auto does not assume what was not measured."""
-    from ..errors import SpecrejError, shown
-
-    if setting not in COMPILE_SETTINGS:
-        raise SpecrejError(f"--compile must be one of {', '.join(COMPILE_SETTINGS)}, got {shown(setting)}")
-    if setting == "on" and not fast_path:
-        raise SpecrejError("--compile on: only the engine's own forward passes compile (Llama, Mistral, Qwen2, "
-                           "Qwen3, Gemma 3); this model runs through the fallback (use --compile off or auto)")
-    return setting == "on"

@@ -20,7 +20,8 @@ import torch
 from ..errors import SpecrejError
 from . import gemma3, llama
 from . import sampler
-from .compiled import CompiledForward, resolve_compile
+from .compiled import CompiledForward
+from .graph_build import compile_ranges
 from .decoding import ForwardPass, PrefilledPrompt, Rollout
 from .sampler import sampler_copies
 from .gemma3 import Gemma3Forward
@@ -60,11 +61,12 @@ class Engine:
     """A decoder-only LM with our own prefill/decode over a static cache."""
 
     def __init__(self, model, tokenizer, stop_token_ids: Iterable[int] = (), compile: str = "off"):
-        """`compile`: auto, on or off, the decode step compiled or eager (`compiled.resolve_compile`):
-        compiled, the forward pass is wrapped (`compiled.CompiledForward`) and draws through its graph."""
+        """`compile`: auto, on or off, the decode step compiled or eager on each row range
+        (`graph_build.compile_ranges`): compiled, the forward pass is wrapped
+        (`compiled.CompiledForward`) and draws through its graph."""
         forward = forward_pass(model)
-        self._use(CompiledForward(forward) if resolve_compile(compile, forward.kind == "llama", model.device)
-                  else forward)
+        ranges = compile_ranges(compile, forward)
+        self._use(CompiledForward(forward, ranges) if ranges else forward)
         self.model, self.tokenizer, self.config = model, tokenizer, model.config
         self.layers = self.forward.layers
         self.device, self.dtype = self.forward.device, self.forward.dtype

@@ -147,3 +147,26 @@ def code_digest(paths: list[Path]) -> str:
                 node.body = body[1:] or [ast.Pass()]
         digest.update(ast.dump(tree).encode())
     return digest.hexdigest()
+
+
+def measurement_path(artifacts: Path, threads: int) -> Path:
+    """Where the eager-against-compiled measurement of a machine's graphs at `threads` torch threads
+    is kept, beside the graphs (`graph_build.build_and_measure` writes it)."""
+    return artifacts / f"measured-{threads}-threads.json"
+
+
+def write_measurement(artifacts: Path, measurement: dict) -> Path:
+    path = measurement_path(artifacts, measurement["threads"])
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(measurement, indent=1) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+    return path
+
+
+def read_measurement(artifacts: Path, threads: int) -> dict | None:
+    """The measurement kept beside the graphs at `threads` threads; None where there is none (or
+    one that cannot be read)."""
+    try:
+        return json.loads(measurement_path(artifacts, threads).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -14,7 +14,7 @@ def load_engine(model: str = "default", *, dtype: str = "auto", device: str = "a
     plain: `Engine.PROMPT_FORMATS`); "chat" for a tokenizer without a chat template is refused.
     `trust_remote_code`: run the generator's own code (the reward's is `load_reward`'s to allow);
     `revision`: the hub revision of a hub id, kept as `engine.revision` (`api.run_prompts` records
-    it). `compile`: the decode step compiled (auto, on, off: `engine.compiled.resolve_compile`)."""
+    it). `compile`: the decode step compiled (auto, on, off: `graph_build.compile_ranges`)."""
     check_prompt_format(prompt_format)
     engine = Engine(*load_generator(model, dtype, device, trust_remote_code, revision=revision), compile=compile)
     engine.prompt_format = prompt_format
