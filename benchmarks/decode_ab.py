@@ -2,9 +2,11 @@
 
     python benchmarks/decode_ab.py --before /path/to/old/checkout --after . [--model default]
         [--dtype bfloat16] [--batch-sizes 1,16,64] [--new-tokens 64] [--rounds 3] [--repeats 3]
+        [--also states|certainty]
 
-Each round runs one process per variant, in turn (before, after, after with every-layer states
-collected, as ST-BoN asks for them), so a change in the machine's load reaches every variant
+Each round runs one process per variant, in turn (before, after, and after with `--also`: every
+layer's states collected, as ST-BoN asks for them, or each token's self-certainty kept, as the
+self-certainty reward asks for it), so a change in the machine's load reaches every variant
 alike. A process imports specrej from its tree, prefills one prompt and samples --new-tokens
 tokens for each batch size (stop tokens off), after a warm-up; its time is the best of
 --repeats. Prints the median tokens/s of each variant over the rounds and the median of the
@@ -23,7 +25,7 @@ from pathlib import Path
 
 CHILD = r"""
 import json, sys, time
-tree, model, dtype, batches, new_tokens, repeats, collect = sys.argv[1:8]
+tree, model, dtype, batches, new_tokens, repeats, also = sys.argv[1:8]
 sys.path.insert(0, tree)
 import torch
 
@@ -36,13 +38,14 @@ from specrej.engine.sampling import SamplingParams
 engine = load_engine(model, dtype=dtype, device="cpu")
 engine.stop_token_ids = torch.tensor([-1])
 prompt_ids = engine.encode_prompt("Write a short story about a robot who learns to paint.")
-collect = collect == "1"
+collect, certainty = also == "states", also == "certainty"
 
 def timed(rows, n):
     params = SamplingParams(max_new_tokens=n)
     tic = time.perf_counter()
     prompt = decoding.prefill(engine.forward, prompt_ids, layer_states=True) if collect else decoding.prefill(engine.forward, prompt_ids)
-    rollout = engine.rollout(prompt, rows, n, params, torch.Generator().manual_seed(0))
+    extra = {"token_certainty": True} if certainty else {}
+    rollout = engine.rollout(prompt, rows, n, params, torch.Generator().manual_seed(0), **extra)
     rollout.collect_layer_states = collect
     while rollout.num_rows:
         rollout.step()
@@ -66,10 +69,12 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--also", default="states", choices=["states", "certainty"],
+                        help="the third variant: after with every layer's states collected, or with self-certainty kept")
     args = parser.parse_args()
     trees = {"before": str(Path(args.before).resolve()), "after": str(Path(args.after).resolve())}
-    variants = [("before", "0"), ("after", "0"), ("after", "1")]
-    names = ["before", "after", "after, layer states on"]
+    variants = [("before", "none"), ("after", "none"), ("after", args.also)]
+    names = ["before", "after", f"after, {'layer states' if args.also == 'states' else 'self-certainty'} on"]
     runs = {name: [] for name in names}
     for round_index in range(args.rounds):
         for name, (tree, collect) in zip(names, variants):
@@ -82,11 +87,11 @@ def main() -> None:
             print(f"round {round_index + 1} {name}: {runs[name][-1]}", file=sys.stderr)
     print(f"decode tokens/s, {args.model} {args.dtype}, {args.new_tokens} new tokens, median of {args.rounds} rounds "
           f"(each the best of {args.repeats})")
-    print(f"{'batch':>6}" + "".join(f"{name:>24}" for name in names) + f"{'after / before':>16}{'states on / before':>20}")
+    print(f"{'batch':>6}" + "".join(f"{name:>24}" for name in names) + f"{'after / before':>16}{args.also + ' on / before':>24}")
     for rows in args.batch_sizes.split(","):
         medians = [statistics.median(run[rows] for run in runs[name]) for name in names]
         ratios = [statistics.median(a[rows] / b[rows] for a, b in zip(runs[name], runs["before"])) for name in names[1:]]
-        print(f"{rows:>6}" + "".join(f"{m:>24.0f}" for m in medians) + f"{ratios[0]:>16.3f}{ratios[1]:>20.3f}")
+        print(f"{rows:>6}" + "".join(f"{m:>24.0f}" for m in medians) + f"{ratios[0]:>16.3f}{ratios[1]:>24.3f}")
     print("command: python " + " ".join(sys.argv))
 
 
