@@ -97,5 +97,6 @@ CONSENSUS = register(Method(
     display=Display(name="Consensus", color="#b8860b", marker="X"),
     batch_param="wave",
     setting_keys=("n", "wave", "threshold"),
+    step_seconds=0.16,  # the workflow's time estimate (docs/results.md, "Time estimates of the workflow")
     selection="vote",
 ))

@@ -229,19 +229,23 @@ def test_the_cpu_answers_config_is_the_owners_problem_set_and_the_default_studys
     methods = yaml.safe_load((ROOT / "config" / "answers.yaml").read_text())["methods"]
     assert [entry["name"] for entry in methods] == [entry["name"] for entry in default]
     changed = [entry for entry, before in zip(methods, default, strict=True) if entry != before]
-    assert changed == [{"name": "deepconf", "grid": {"n": [32], "window": [4]}}]  # its window: the one forced change
+    assert changed == [{"name": "deepconf", "grid": {"n": [32], "window": [4]}, "rewards": ["logprob"]},  # its window
+                       {"name": "consensus", "grid": {"n": [16, 32], "wave": [4, 8]}, "rewards": ["logprob"]}]
     assert [line["answer"] for line in answers_plan.problem_set_lines(problems)] == [e["answer"] for e in entries(48, 0)]
 
 
 @pytest.mark.parametrize("name, expected", [
-    # 48 problems in one chunk: the default study's 8 shards of Bo16 and 8 method settings; the
-    # problem set written once, then the accuracy table, its figure and the correctness prediction
+    # 48 problems in one chunk, the default study's 2 pairs: 8 shards of Bo16 and SR's 3 alphas for
+    # each; for the log-prob pair the control's 2, ST-BoN, DeepConf, Pandora and consensus at N = 16,
+    # 32 x waves of 4, 8; the problem set written once, then the accuracy table, its figure and the
+    # correctness prediction
     ("answers.yaml", {"problem_set": 1, "prepare_prompts": 1, "prompt_chunk": 1, "fetch_model": 1,
-                      "reference_shard": 8, "method_run": 3 + 2 + 1 + 1 + 1, "score_prefixes": 1,
+                      "reference_shard": 2 * 8, "method_run": 2 * 3 + 2 + 1 + 1 + 1 + 4, "score_prefixes": 2,
                       "accuracy_table": 1, "accuracy_figure": 1, "correctness": 1, "headline": 1}),
-    # 200 problems in 4 chunks, the default's methods on each; the hub model's fetch planned, not run
+    # 200 problems in 4 chunks, one pair (its own log-prob), the default's 9 settings on each; the hub
+    # model's fetch planned, not run
     ("answers-gpu.yaml", {"problem_set": 1, "prompt_chunk": 4, "fetch_model": 1, "reference_shard": 4 * 8,
-                          "method_run": 4 * 8, "score_prefixes": 4, "accuracy_table": 1, "accuracy_figure": 1,
+                          "method_run": 4 * 9, "score_prefixes": 4, "accuracy_table": 1, "accuracy_figure": 1,
                           "correctness": 1}),
     # the default study: no answers, none of it
     (None, {"problem_set": None, "accuracy_table": None, "accuracy_figure": None, "correctness": None}),
