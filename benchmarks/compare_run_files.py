@@ -53,7 +53,8 @@ def comparable(record: dict, params_kept: set | None = None) -> dict:
 
 
 def read(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # "\n" only: str.splitlines also splits at U+2028 and the like, which a response's text may hold
+    return [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
 
 
 def compared(before: list[dict], after: list[dict]) -> tuple[list[dict], list[dict], set[str]]:
