@@ -198,8 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how each prompt's answer is chosen among its completed responses: 'reward' (the highest "
                           "final score, eq. 6), 'vote' (majority vote over the answers extracted by each prompt's "
                           "`extract`, default first-number: self-consistency) or 'weighted-vote' (each answer "
-                          "weighted by its responses' softmax of the scores); default: the method's own (vote for "
-                          "consensus, reward for the others). Recorded in params.selection when not "
+                          "weighted by its responses' softmax of the scores); default: the method's own (its declared "
+                          "selection, reward for most). Recorded in params.selection when not "
                           "'reward'; every completed response's answer is recorded either way for a prompt with "
                           "an `answer`")
     gen.add_argument("--compile", choices=["auto", "on", "off"], default="auto",

@@ -27,7 +27,7 @@ inductor's freezing would do; attention is a C++ kernel where it applies
 
 Plain sampling with the lm_head is a graph of its own (`StaticSampler`, `CompiledForward.draw`; one
 for temperature 1, one for any other), on the same row ranges; prefill, top-k / top-p sampling and
-a step that collects every layer's states (ST-BoN) stay eager. Not on CUDA graphs: the cache's
+a step that collects every layer's states stay eager. Not on CUDA graphs: the cache's
 buffers are inputs the graph writes, which CUDA graph trees do not capture, and no GPU has
 measured another capture here.
 
@@ -201,7 +201,7 @@ class CompiledForward:
     runs `StaticDecodeStep` as one graph per row range, compiled ahead of time once per machine
     (`artifact_dir`) and loaded by every later process, and whose `draw` samples plainly through
     `StaticSampler`'s graphs (`sampler.draw` otherwise). A step that collects every layer's states
-    (ST-BoN) runs eagerly. `graph_wall_s` / `graph_cpu_s`: the seconds spent loading or compiling
+    runs eagerly. `graph_wall_s` / `graph_cpu_s`: the seconds spent loading or compiling
     graphs so far, which a run's record keeps apart from its compute (`Session`)."""
 
     compiled = True
