@@ -567,6 +567,19 @@ def test_specrej_compile_builds_the_graphs_and_auto_follows_its_measurement(mode
     measured = json.loads(measurement_path(artifacts, 1).read_text())
     assert measured["threads"] == 1 and list(measured["ranges"]) == ["2-64"]
     assert measured["ranges"]["2-64"]["rows"] == 4 and min(measured["ranges"]["2-64"].values()) > 0
+    # --if-missing finds them (nothing rebuilt or re-timed); --out keeps a copy with the ranges auto runs compiled
+    out = tmp_path / "graphs" / "tiny.json"
+    argv = ["compile", "--model", path, "--dtype", "float32", "--rows", "4", "--threads", "1", "--if-missing"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert "not rebuilt" in capsys.readouterr().out
+    kept = json.loads(out.read_text())
+    assert kept["ranges"] == measured["ranges"] and kept["measured_at"] == measured["measured_at"]
+    assert kept["compiled_ranges"] == (["2-64"] if measured["ranges"]["2-64"]["compiled_s"]
+                                       < measured["ranges"]["2-64"]["eager_s"] else [])
+    users = tmp_path / "notes.json"
+    users.write_text('{"mine": 1}\n')
+    assert main([*argv, "--out", str(users)]) == 2  # not a measurement: refused, left as it was
+    assert "not a specrej compile measurement" in capsys.readouterr().err and users.read_text() == '{"mine": 1}\n'
 
     def auto(eager_s, compiled_s, threads=1):
         write_measurement(artifacts, {"threads": threads, "tokens": 3, "ranges": {

@@ -2,7 +2,8 @@
 
 - ``reference_args`` / ``method_args``: the options of ``specrej generate`` for a Best-of-N job and a
   method_run job (the CLI's own flags and ``--param NAME=VALUE``, checked against
-  ``specrej.cli.main.build_parser`` by the tests); ``prefix_args``: ``specrej score-prefixes``'.
+  ``specrej.cli.main.build_parser`` by the tests); ``prefix_args``: ``specrej score-prefixes``';
+  ``compile_args``: ``specrej compile``'s, for a generator that ``builds_graphs``.
 - ``partial_path``: the file the engine writes while a job runs.
 - ``needs_gpu`` / ``judge_resources``: what a scheduler places a job by (config `resources`).
 - ``method_source`` / ``method_code``: what identifies a method's code (a method_run job's
@@ -31,14 +32,33 @@ def common_args(config: dict, pair: dict, method: str, seed_offset: int = 0) -> 
     # --prompt-format only when it is not the CLI's default (auto): the jobs of configs that leave
     # it out keep their options, so their finished runs are not redone
     prompt_format = ["--prompt-format", g["prompt_format"]] if g["prompt_format"] != "auto" else []
-    compile_setting = {True: "on", False: "off"}.get(g["compile"], g["compile"])  # YAML's bare on / off
-    compile_step = ["--compile", compile_setting] if compile_setting != "auto" else []  # likewise
+    compile_step = ["--compile", compile_setting(g)] if compile_setting(g) != "auto" else []  # likewise
     return ["--model", g["model"], *revision_args("model", g), "--reward", r["model"], *revision_args("reward", r),
             "--method", method, *prompt_format, *compile_step,
             "--max-new-tokens", s["max_new_tokens"], "--temperature", s["temperature"], "--top-p", s["top_p"],
             "--top-k", s["top_k"], "--seed", s["seed"] + seed_offset, "--device", config["device"],
             "--dtype", g["dtype"] or config["dtype"], "--reward-batch-size", r["batch_size"], "--no-progress",
             "--exit-zero"]  # a chunk whose every prompt fails is a result (error records), not a failed job
+
+
+def compile_setting(generator: dict) -> str:
+    """A generator entry's `compile`: auto, on or off (YAML reads a bare on / off as true / false)."""
+    return {True: "on", False: "off"}.get(generator["compile"], generator["compile"])
+
+
+def builds_graphs(config: dict, generator: str) -> bool:
+    """Whether a job builds `generator`'s compiled graphs before its generation jobs (rule
+    compiled_graphs): under compile auto with build_graphs, and not for a model that runs its own code."""
+    g = config["generators"][generator]
+    return compile_setting(g) == "auto" and g["build_graphs"] and not g["trust_remote_code"]
+
+
+def compile_args(config: dict, generator: str) -> str:
+    """`specrej compile` options of the compiled_graphs job of `generator` (all but --threads and --out):
+    built and measured once per machine (--if-missing), at the generation jobs' dtype and device."""
+    g = config["generators"][generator]
+    return join_args(["--model", g["model"], *revision_args("model", g), "--dtype", g["dtype"] or config["dtype"],
+                      "--device", config["device"], "--if-missing"])
 
 
 def revision_args(model: str, entry: dict) -> list:

@@ -297,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "ranges this measurement found faster, eager on the others; without it, eager.",
         formatter_class=_HelpFormatter)
     build.add_argument("--model", default="default", help="the generator (as generate's --model)")
+    build.add_argument("--model-revision", metavar="REV", help="as generate's: the hub revision of a hub id")
     build.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
                        help="as generate's: the graphs are per dtype")
     build.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
@@ -306,6 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="row counts measured, one per range (default 1,16,128)")
     build.add_argument("--tokens", type=int, default=32, metavar="N", help="decode steps timed per run (default 32)")
     build.add_argument("--repeats", type=int, default=3, metavar="N", help="runs timed, the best kept (default 3)")
+    build.add_argument("--if-missing", action="store_true",
+                       help="build and measure only where this machine's graphs or their measurement at --threads "
+                            "do not cover every range of --rows (a study's first job: the later studies find them)")
+    build.add_argument("--out", metavar="FILE",
+                       help="also write the measurement here as JSON, with the ranges auto runs compiled on")
 
     doctor = commands.add_parser(
         "doctor", help="check that this install works (versions, device, model, a short run) before a long one",

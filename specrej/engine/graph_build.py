@@ -4,7 +4,7 @@ of the step and of the plain sampler are compiled into the cache (`graph_cache.a
 eager and compiled steps are timed in turn on this machine at one row count of the range, and the
 times are kept beside the graphs (`graph_cache.write_measurement`). A later run with `--compile
 auto` runs compiled on the ranges whose graphs are there and whose measurement says they are
-faster, eager on the others (`compiled.compile_ranges`)."""
+faster, eager on the others (`compile_ranges`)."""
 
 from __future__ import annotations
 
@@ -39,11 +39,20 @@ def compile_ranges(setting: str, forward) -> tuple[str, ...]:
         return ALL_RANGES
     if setting == "off" or not fast_path:
         return ()
+    measured = (kept_measurement(forward, torch.get_num_threads()) or {}).get("ranges", {})
+    return tuple(name for name in ALL_RANGES if name in measured and measured[name]["compiled_s"] < measured[name]["eager_s"])
+
+
+def kept_measurement(forward, threads: int) -> dict | None:
+    """The measurement kept beside `forward`'s graphs at `threads` threads (`build_and_measure`), its
+    ranges only those whose graphs (the step's and the plain sampler's) are still there; None without one."""
     artifacts = artifact_dir(forward)
-    measured = (read_measurement(artifacts, torch.get_num_threads()) or {}).get("ranges", {})
-    return tuple(name for name in ALL_RANGES if name in measured
-                 and measured[name]["compiled_s"] < measured[name]["eager_s"]
-                 and all((artifacts / f"{graph}-{name}.bin").is_file() for graph in ("step", "sample")))
+    measured = read_measurement(artifacts, threads)
+    if measured is None:
+        return None
+    ranges = {name: m for name, m in measured.get("ranges", {}).items()
+              if all((artifacts / f"{graph}-{name}.bin").is_file() for graph in ("step", "sample"))}
+    return {**measured, "ranges": ranges}
 
 
 def step_seconds(engine, rows: int, tokens: int, repeats: int) -> float:

@@ -197,9 +197,13 @@ def calibration_fit(pair):
 
 
 def pair_model_files(wildcards):
-    """The fetch markers of the models a job of this pair loads; ancient, so a model fetched
-    again (a new machine, an emptied cache) reruns no finished job."""
-    return [ancient(f"{RESULTS}/models/{name}.json") for name in plan.pair_models(config, PAIRS[wildcards.pair])]
+    """The fetch markers of the models a job of this pair loads, and its generator's compiled-graphs
+    marker where it builds them (job_options.builds_graphs); ancient, so a model fetched again or
+    graphs built again (a new machine, an emptied cache) rerun no finished job."""
+    generator = PAIRS[wildcards.pair]["generator"]
+    graphs = [f"{RESULTS}/graphs/{generator}.json"] if job_options.builds_graphs(config, generator) else []
+    return [ancient(path) for path in [f"{RESULTS}/models/{name}.json"
+                                       for name in plan.pair_models(config, PAIRS[wildcards.pair])] + graphs]
 
 
 def judge_model_files():

@@ -1,6 +1,7 @@
 # Every model the study loads, fetched and prepared once before the jobs that load it: the
 # default model and .gguf files are converted into specrej's cache, a hub id is downloaded into
 # the Hugging Face cache, a local directory is checked. Then no generation job fetches or converts.
+# A generator under compile auto has its compiled graphs built and measured here too (compiled_graphs).
 
 
 rule fetch_model:
@@ -19,3 +20,29 @@ rule fetch_model:
         "../envs/specrej.yaml"
     script:
         "../scripts/fetch_model.py"
+
+
+rule compiled_graphs:
+    """`specrej compile --if-missing` for one generator under compile auto (job_options.builds_graphs):
+    this machine's compiled graphs built and measured against eager once, before its generation jobs,
+    which then run compiled where that measurement says it is faster; its output keeps the
+    measurement. A later study finds the graphs and re-times nothing."""
+    input:
+        lambda wildcards: ancient(f"{RESULTS}/models/{plan.model_name(config['generators'][wildcards.generator]['model'])}.json"),
+    output:
+        f"{RESULTS}/graphs/{{generator}}.json",
+    params:
+        args=lambda wildcards: job_options.compile_args(config, wildcards.generator),
+    log:
+        f"{RESULTS}/logs/compiled_graphs/{{generator}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/compiled_graphs/{{generator}}.tsv"
+    threads: config["resources"]["generate"]["threads"]
+    resources:
+        gpu=config["resources"]["generate"]["gpu"],
+        mem_mb=config["resources"]["generate"]["mem_mb"],
+        runtime=config["resources"]["generate"]["runtime"],
+    conda:
+        "../envs/specrej.yaml"
+    script:
+        "../scripts/compiled_graphs.py"
