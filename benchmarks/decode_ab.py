@@ -2,12 +2,13 @@
 
     python benchmarks/decode_ab.py --before /path/to/old/checkout --after . [--model default]
         [--dtype bfloat16] [--batch-sizes 1,16,64] [--new-tokens 64] [--rounds 3] [--repeats 3]
-        [--also states|certainty]
+        [--also states|certainty|none] [--compile off|on]
 
 Each round runs one process per variant, in turn (before, after, and after with `--also`: every
 layer's states collected, as ST-BoN asks for them, or each token's self-certainty kept, as the
-self-certainty reward asks for it), so a change in the machine's load reaches every variant
-alike. A process imports specrej from its tree, prefills one prompt and samples --new-tokens
+self-certainty reward asks for it; none: no third variant), so a change in the machine's load
+reaches every variant alike. --compile on times the compiled step (each tree's graphs compiled,
+or loaded from $SPECREJ_CACHE, in its warm-up). A process imports specrej from its tree, prefills one prompt and samples --new-tokens
 tokens for each batch size (stop tokens off), after a warm-up; its time is the best of
 --repeats. Prints the median tokens/s of each variant over the rounds and the median of the
 per-round ratios to "before" (a ratio within one round compares runs made seconds apart).
@@ -25,7 +26,7 @@ from pathlib import Path
 
 CHILD = r"""
 import json, sys, time
-tree, model, dtype, batches, new_tokens, repeats, also = sys.argv[1:8]
+tree, model, dtype, batches, new_tokens, repeats, also, compile = sys.argv[1:9]
 sys.path.insert(0, tree)
 import torch
 
@@ -35,7 +36,7 @@ assert specrej.__file__.startswith(tree), specrej.__file__
 from specrej.api import load_engine
 from specrej.engine.sampling import SamplingParams
 
-engine = load_engine(model, dtype=dtype, device="cpu")
+engine = load_engine(model, dtype=dtype, device="cpu", compile=compile)
 engine.stop_token_ids = torch.tensor([-1])
 prompt_ids = engine.encode_prompt("Write a short story about a robot who learns to paint.")
 collect, certainty = also == "states", also == "certainty"
@@ -69,29 +70,34 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--also", default="states", choices=["states", "certainty"],
-                        help="the third variant: after with every layer's states collected, or with self-certainty kept")
+    parser.add_argument("--also", default="states", choices=["states", "certainty", "none"],
+                        help="the third variant: after with every layer's states collected, or with self-certainty "
+                             "kept; none: only before and after")
+    parser.add_argument("--compile", default="off", choices=["off", "on"], help="the eager step (off) or the compiled one")
     args = parser.parse_args()
     trees = {"before": str(Path(args.before).resolve()), "after": str(Path(args.after).resolve())}
     variants = [("before", "none"), ("after", "none"), ("after", args.also)]
     names = ["before", "after", f"after, {'layer states' if args.also == 'states' else 'self-certainty'} on"]
+    if args.also == "none":
+        variants, names = variants[:2], names[:2]
     runs = {name: [] for name in names}
     for round_index in range(args.rounds):
         for name, (tree, collect) in zip(names, variants):
             command = [sys.executable, "-c", CHILD, trees[tree], args.model, args.dtype, args.batch_sizes,
-                       str(args.new_tokens), str(args.repeats), collect]
+                       str(args.new_tokens), str(args.repeats), collect, args.compile]
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode:
                 sys.exit(f"{name} failed:\n{result.stderr[-2000:]}")
             runs[name].append(json.loads(result.stdout.strip().splitlines()[-1]))
             print(f"round {round_index + 1} {name}: {runs[name][-1]}", file=sys.stderr)
-    print(f"decode tokens/s, {args.model} {args.dtype}, {args.new_tokens} new tokens, median of {args.rounds} rounds "
-          f"(each the best of {args.repeats})")
-    print(f"{'batch':>6}" + "".join(f"{name:>24}" for name in names) + f"{'after / before':>16}{args.also + ' on / before':>24}")
+    print(f"decode tokens/s, {args.model} {args.dtype}, {'compiled' if args.compile == 'on' else 'eager'} step, "
+          f"{args.new_tokens} new tokens, median of {args.rounds} rounds (each the best of {args.repeats})")
+    headers = ["after / before"] + ([f"{args.also} on / before"] if len(names) > 2 else [])
+    print(f"{'batch':>6}" + "".join(f"{name:>24}" for name in names) + "".join(f"{h:>24}" for h in headers))
     for rows in args.batch_sizes.split(","):
         medians = [statistics.median(run[rows] for run in runs[name]) for name in names]
         ratios = [statistics.median(a[rows] / b[rows] for a, b in zip(runs[name], runs["before"])) for name in names[1:]]
-        print(f"{rows:>6}" + "".join(f"{m:>24.0f}" for m in medians) + f"{ratios[0]:>16.3f}{ratios[1]:>24.3f}")
+        print(f"{rows:>6}" + "".join(f"{m:>24.0f}" for m in medians) + "".join(f"{r:>24.3f}" for r in ratios))
     print("command: python " + " ".join(sys.argv))
 
 

@@ -375,11 +375,11 @@ def test_the_static_step_gives_eager_tokens_across_row_ranges_and_windows(model_
 
 def test_the_static_step_without_the_attention_kernel_gives_eager_tokens(model_dir, monkeypatch, tmp_path):
     """Where the C++ attention kernel does not run (CUDA; heads not a whole number of vectors), the
-    step's attention is inductor's (`static_attention.attend_static`): forced here on Gemma 3 (sliding
+    step's attention is inductor's (`attention.attend_static`): forced here on Gemma 3 (sliding
     windows, a prompt longer than the window), tokens as eager's in float32."""
-    from specrej.engine import static_attention
+    from specrej.engine import attention
 
-    monkeypatch.setattr(static_attention, "supported", lambda *args: False)
+    monkeypatch.setattr(attention, "supported", lambda *args: False)
     monkeypatch.setenv("SPECREJ_CACHE", str(tmp_path))  # not the kernel's graphs, saved under the same key
     engine = engine_for(model_dir, "gemma3_text", "float32")
     compiled = compiled_copy(engine)
@@ -388,7 +388,7 @@ def test_the_static_step_without_the_attention_kernel_gives_eager_tokens(model_d
             run_rows(engine, prompt_ids, 5), run_rows(compiled, prompt_ids, 5), strict=True):
         assert torch.equal(tokens, c_tokens)
         assert torch.allclose(hidden, c_hidden, atol=ATOL)
-    assert not compiled.forward.module.kernel
+    assert compiled.forward.module.attention is attention.attend_static
 
 
 def test_the_compiled_sampler_at_another_temperature_gives_eager_tokens(model_dir):
@@ -507,11 +507,11 @@ def test_the_compiled_samplers_inverse_cdf_finds_the_full_cumsums_index():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_decode_attention_kernel_matches_softmax_attention_in_float64(dtype):
-    """`static_attention.decode_attention` (C++), against attention written out in float64 over the
+    """`attention.decode_attention` (C++), against attention written out in float64 over the
     prompt's keys and each row's own keys up to `pos`: no window, a window starting inside the
     prompt, one starting inside the rows' own keys; groups of 1, 3 and 4 queries per KV head, one
     row and several; the cache's rows a slice of a larger buffer (its layout in the engine)."""
-    from specrej.engine.static_attention import decode_attention
+    from specrej.engine.attention import decode_attention
 
     generator = torch.Generator().manual_seed(0)
     atol = 1e-5 if dtype == torch.float32 else 0.02  # bf16 inputs and outputs: one ulp of values below 2
@@ -603,3 +603,53 @@ def test_specrej_compile_builds_the_graphs_and_auto_follows_its_measurement(mode
     while rollout.num_rows:
         rollout.step()
     assert "step-1" not in engine.forward.compiled
+
+
+def test_each_attention_of_the_one_signature_matches_softmax_attention_in_float64():
+    """The decode step's attention implementations (`attention.attend_exact`, eager; `attend_static`,
+    inductor's; `attend_kernel`, the C++ kernel) take the same arguments and give the same attention,
+    against attention written out in float64: no window, a window starting inside the prompt, one
+    inside the rows' own keys; the exact one reads the slots up to `pos`, the static one a longer
+    span whose tail it masks, the kernel the whole buffer."""
+    from specrej.engine.attention import attend_exact, attend_kernel, attend_static
+
+    generator = torch.Generator().manual_seed(1)
+    for rows, kv_heads, group, head_dim, prompt_len, pos, first_visible in (
+            (3, 2, 3, 16, 7, 4, 0), (1, 1, 4, 32, 9, 0, 0), (4, 3, 1, 16, 6, 10, 3), (2, 2, 2, 16, 5, 9, 8)):
+        def draw(*shape):
+            return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+        q = draw(rows, kv_heads * group, 1, head_dim)
+        prompt_k, prompt_v = draw(kv_heads, prompt_len, head_dim), draw(kv_heads, prompt_len, head_dim)
+        k, v = draw(rows, kv_heads, pos + 3, head_dim), draw(rows, kv_heads, pos + 3, head_dim)
+        scale = head_dim**-0.5
+        # float64 reference, per row and query head: softmax over every visible key, prompt then own
+        keys = torch.cat([prompt_k.expand(rows, -1, -1, -1), k[:, :, : pos + 1]], 2).repeat_interleave(group, 1)
+        values = torch.cat([prompt_v.expand(rows, -1, -1, -1), v[:, :, : pos + 1]], 2).repeat_interleave(group, 1)
+        visible = torch.arange(prompt_len + pos + 1) >= first_visible
+        expected = ((q @ keys.transpose(-1, -2)) * scale).masked_fill(~visible, float("-inf")).softmax(-1) @ values
+        exact = attend_exact(q.float(), prompt_k.float(), prompt_v.float(), k[:, :, : pos + 1].float(),
+                             v[:, :, : pos + 1].float(), pos, first_visible, scale)
+        static = attend_static(q.float(), prompt_k.float(), prompt_v.float(), k[:, :, : pos + 2].float(),
+                               v[:, :, : pos + 2].float(), torch.tensor(pos), torch.tensor(first_visible), scale)
+        kernel = attend_kernel(q.float(), prompt_k.float(), prompt_v.float(), k.float(), v.float(),
+                               torch.tensor(pos), torch.tensor(first_visible), scale)
+        for out in (exact, static, kernel):
+            assert out.shape == (rows, kv_heads * group, 1, head_dim)
+            assert torch.allclose(out.double(), expected, atol=1e-5)
+
+
+def test_the_attention_is_chosen_per_device_and_step():
+    """Eager steps attend exactly on every device; a compiled step runs the C++ kernel on a CPU in
+    float32 or bfloat16 with heads a whole number of 16-float vectors, inductor's code elsewhere
+    (CUDA, float16, other head sizes)."""
+    from specrej.engine.attention import attend_exact, attend_kernel, attend_static, attention_for
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    for device in (cpu, cuda):
+        assert attention_for(device, torch.bfloat16, 64, compiled=False) is attend_exact
+    assert attention_for(cpu, torch.bfloat16, 64, compiled=True) is attend_kernel
+    assert attention_for(cpu, torch.float32, 32, compiled=True) is attend_kernel
+    assert attention_for(cuda, torch.bfloat16, 64, compiled=True) is attend_static
+    assert attention_for(cpu, torch.float16, 64, compiled=True) is attend_static
+    assert attention_for(cpu, torch.bfloat16, 24, compiled=True) is attend_static

@@ -30,7 +30,7 @@ FALLBACK_BON_STEP_S = 0.054  # Best-of-N's per prompt and decode step of BON_MEA
 BON_MEASURED_ROWS = 16  # the rows per prompt that Best-of-N's step_seconds was measured at
 SCORE_PREFIXES_S = 3.3  # one chunk's prefixes under the log-prob reward
 FETCH_MODEL_S = 31.0  # the default model's fetch and conversion, first use
-BUILD_GRAPHS_S = 240.0  # the default model's compiled graphs built and measured, first use (`specrej compile`)
+BUILD_GRAPHS_S = 179.0  # the default model's compiled graphs built and measured, first use (`specrej compile`)
 JUDGE_COMPARISON_S = 0.41  # Table 1's local judge (local:default), per response pair
 ANALYSIS_JOB_S = 0.85  # any other job (merges, statistics, tables, figures)
 # the rest of the measured study's wall time, per job: Snakemake's own time, the report, and a core

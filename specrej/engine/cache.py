@@ -113,16 +113,6 @@ class KVCache:
         self.rows, self.length = rows, 0
         self._track()
 
-    def update(self, layer: int, pos: int, k: torch.Tensor, v: torch.Tensor,
-               start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the new token's k/v [rows, kv_heads, head_dim] of live rows start... at `pos`;
-        return those rows' views of the cache (a decode step may go a chunk of rows at a time)."""
-        rows = slice(start, start + k.shape[0])
-        self.k[layer][rows, :, pos] = k
-        self.v[layer][rows, :, pos] = v
-        self.length = pos + 1
-        return self.k[layer][rows, :, : pos + 1], self.v[layer][rows, :, : pos + 1]
-
     # -- shrinking and growing -----------------------------------------------------------
     def prune(self, order: torch.Tensor) -> None:
         """Keep rows `order` (new row j is old row order[j]); copies only rows that move."""

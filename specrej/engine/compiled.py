@@ -1,7 +1,7 @@
 """The decode step as one compiled graph over static shapes (`--compile on`), gpt-fast style: the
-engine wraps its forward pass (`CompiledForward`) and the step is that forward pass's own layer
-loop and layer halves (`llama.LlamaForward.run_layers`), traced by torch.compile with the weights
-as the graph's inputs (`StaticDecodeStep`). The model knows nothing of it.
+engine wraps its forward pass (`CompiledForward`) and the step is that forward pass's own decode
+step (`llama.LlamaForward.decode_step`, which the eager step runs), traced by torch.compile with
+the weights as the graph's inputs (`StaticDecodeStep`). The model knows nothing of it.
 
 Its shapes are static within a phase of a rollout:
 - the rows' own KV is the cache's preallocated buffer, full length, written at the position
@@ -23,7 +23,7 @@ seconds spent loading or compiling graphs are counted (`graph_wall_s`, `graph_cp
 record keeps them apart from its compute (`timing.graphs_s`). On a CPU in bfloat16 the GEMMs run
 on oneDNN's packed weights (`linear.pack`) through `packed_linear_op`, an opaque op, which is what
 inductor's freezing would do; attention is a C++ kernel where it applies
-(`static_attention.attend_kernel`), else inductor's code (`static_attention.attend_static`).
+(`attention.attend_kernel`), else inductor's code (`attention.attend_static`).
 
 Plain sampling with the lm_head is a graph of its own (`StaticSampler`, `CompiledForward.draw`; one
 for temperature 1, one for any other), on the same row ranges; prefill, top-k / top-p sampling and
@@ -48,12 +48,10 @@ import torch
 import torch.nn.functional as F
 
 from ..models.cache import cache_dir, entry_lock
-from . import static_attention
+from .attention import attend_kernel, attention_for
 from .graph_cache import artifact_dir, make_private_dir, refuse_untrusted, use_inductor_cache
 from .linear import PACKED_MAX_ROWS, PackedWeight
-from .llama import LayerRun
 from .sampler import draw, inverse_cdf
-from .static_attention import attend_kernel, attend_static
 
 
 @torch.library.custom_op("specrej::packed_linear", mutates_args=())
@@ -90,18 +88,18 @@ def as_parameters(module: torch.nn.Module, value):
 
 
 class StaticDecodeStep(torch.nn.Module):
-    """A whole decode step of `forward` (a `llama.LlamaForward` or a subclass) for one token per row,
-    over static shapes (the module docstring): its own layer loop (`run_layers`) and layer halves,
-    with the weights as the graph's inputs and the graph's GEMM."""
+    """`forward`'s decode step (`llama.LlamaForward.decode_step`, `forward` a `LlamaForward` or a
+    subclass) for one token per row over static shapes (the module docstring), with the weights as
+    the graph's inputs, the graph's GEMM and the compiled step's attention (`attention.attention_for`)."""
 
     def __init__(self, forward):
         super().__init__()
         self.forward_pass = forward
-        self.embed = forward.model.get_input_embeddings()
+        self.embed = forward.eager_run.embed
         self.params = torch.nn.ParameterList()
-        self.run = LayerRun(*forward.layer_steps, [as_parameters(self, w) for w in forward.eager_run.weights],
-                            graph_linear)
-        self.kernel = static_attention.supported(forward.device, forward.dtype, forward.head_dim)
+        self.run = forward.eager_run._replace(weights=[as_parameters(self, w) for w in forward.eager_run.weights],
+                                              linear=graph_linear, embed=self.embed)
+        self.attention = attention_for(forward.device, forward.dtype, forward.head_dim, compiled=True)
 
     def forward(self, tokens, pos, rotary, first_visible, own_positions, prompt_k, prompt_v, k, v) -> torch.Tensor:
         """tokens [rows] at generated position `pos` (0-d); rotary: per layer (cos, sin) at that
@@ -111,15 +109,9 @@ class StaticDecodeStep(torch.nn.Module):
         or None with the attention kernel, which reads the slots up to `pos` itself.
         Writes each layer's new k/v into k/v [rows, kv_heads, L, d] at `pos`; returns the final
         hidden states [rows, hidden]."""
-        fw = self.forward_pass
-        attention = attend_kernel if self.kernel else attend_static
-
-        def attend(i, q, new_k, new_v):
-            k[i].index_copy_(2, pos.view(1), new_k)
-            v[i].index_copy_(2, pos.view(1), new_v)
-            return attention(q, prompt_k[i], prompt_v[i], k[i], v[i], pos, first_visible[i], own_positions, fw.scale)
-
-        return fw.final_norm(fw.run_layers(self.embed(tokens[:, None]), rotary, attend, self.run)[:, -1])
+        span = None if own_positions is None else own_positions.shape[0]
+        return self.forward_pass.decode_step(self.run, self.attention, tokens, pos, rotary, first_visible, span,
+                                             prompt_k, prompt_v, k, v)
 
 
 class StaticSampler(torch.nn.Module):
@@ -353,7 +345,7 @@ class CompiledForward:
             first_visible = torch.tensor([fw.first_visible(layer, prompt_len + pos) for layer in range(len(fw.layers))],
                                          device=fw.device)
         own_positions = None
-        if not self.module.kernel:  # attention reads the filled slots rounded up to a block, not the whole buffer
+        if self.module.attention is not attend_kernel:  # attention reads the filled slots rounded up to a block, not the whole buffer
             own_positions = torch.arange(min(cache.max_len, -(-(pos + 1) // SPAN_BLOCK) * SPAN_BLOCK), device=fw.device)
         rows = tokens.shape[0]
         chunk = tokens[:, 0].contiguous()  # one stride (a guard) whatever the rollout's width

@@ -1,7 +1,7 @@
 """The engine's own forward pass for Gemma 3 text decoders (`Gemma3ForCausalLM`), gpt-fast style.
 
 Built on `llama.LlamaForward`'s pieces: the fused q/k/v and gate/up GEMMs, the prompt's KV run once
-and shared by every row (`llama.attend_decode`), each row's own KV in a static `cache.KVCache`.
+and shared by every row, each row's own KV in a static `cache.KVCache`.
 What Gemma 3 adds, as transformers' `modeling_gemma3` computes it:
 
 - the embedding is scaled by sqrt(hidden) (the embedding module does it, in the weights' dtype);

@@ -2,10 +2,11 @@
 
 The weights, norms, rotary embedding and MLP activation are Hugging Face's modules; the forward
 pass is ours: q/k/v and gate/up are one GEMM each, the prompt runs once at batch 1 and its KV
-is shared by every row (`attend_decode`), and each row's own KV lives in a static
-`cache.KVCache`. `LlamaForward` implements `decoding.ForwardPass`. Qwen3 is Qwen2 with a per-head
-RMSNorm on q and k before the rotation (`qk_norm`); `gemma3.Gemma3Forward` builds Gemma 3 on
-these pieces.
+is shared by every row, and each row's own KV lives in a static `cache.KVCache`. One decode step
+(`decode_step`) serves the eager step and the compiled one (`compiled.StaticDecodeStep` traces it),
+each with its attention (`attention.attention_for`). `LlamaForward` implements
+`decoding.ForwardPass`. Qwen3 is Qwen2 with a per-head RMSNorm on q and k before the rotation
+(`qk_norm`); `gemma3.Gemma3Forward` builds Gemma 3 on these pieces.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 
 from ..errors import SpecrejError
 from .budget import check_context, kv_bytes_per_token
+from .attention import attend_exact
 from .cache import KVCache, PromptKV
 from .linear import linear_for
 
@@ -33,26 +35,6 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 def rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
     """A Llama-family RMSNorm module applied as PyTorch's fused kernel (one op instead of six)."""
     return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
-
-
-def attend_decode(q, prompt_k, prompt_v, k, v, scale: float) -> torch.Tensor:
-    """One query token per row against the shared prompt KV and the row's own generated KV.
-
-    q [rows, heads, 1, d]; prompt_k/v [kv_heads, P, d]; k/v [rows, kv_heads, T, d].
-    The prompt part is one GEMM per KV head over every row's queries (the keys are shared).
-    """
-    rows, heads, _, d = q.shape
-    kv_heads, prompt_len = prompt_k.shape[0], prompt_k.shape[1]
-    group = heads // kv_heads
-    q = q.view(rows, kv_heads, group, d)
-    q_by_head = q.transpose(0, 1).reshape(kv_heads, rows * group, d)
-    prompt_scores = (q_by_head @ prompt_k.transpose(1, 2)).view(kv_heads, rows, group, prompt_len).transpose(0, 1)
-    scores = torch.cat([prompt_scores, q @ k.transpose(-1, -2)], dim=-1)
-    probs = (scores.float() * scale).softmax(-1).to(q.dtype)
-    prompt_probs, own_probs = probs.split([prompt_len, k.shape[2]], dim=-1)
-    prompt_probs = prompt_probs.transpose(0, 1).reshape(kv_heads, rows * group, prompt_len)
-    out = (prompt_probs @ prompt_v).view(kv_heads, rows, group, d).transpose(0, 1) + own_probs @ v
-    return out.reshape(rows, heads, 1, d)
 
 
 class LayerWeights(NamedTuple):
@@ -103,13 +85,15 @@ def attention_output_and_mlp(x: torch.Tensor, out: torch.Tensor, w: LayerWeights
 
 class LayerRun(NamedTuple):
     """How `LlamaForward.run_layers` runs the layers: a layer's two halves around attention, each
-    layer's weights as they take them, and the GEMM they call (the compiled step takes the same
-    halves with the weights as its graph's inputs and the graph's GEMM: `compiled.StaticDecodeStep`)."""
+    layer's weights as they take them, the GEMM they call and the token embedding (the compiled step
+    takes the same halves with the weights as its graph's inputs and the graph's GEMM:
+    `compiled.StaticDecodeStep`)."""
 
     inputs: Callable  # attention_inputs or a class's own
     output: Callable  # attention_output_and_mlp or a class's own
     weights: list  # per layer: LayerWeights or a class's own
     linear: Callable  # F.linear, or linear.packed_linear with packed weights
+    embed: torch.nn.Module  # the model's input embedding
 
 
 class LlamaFootprint:
@@ -174,7 +158,7 @@ class LlamaForward:
         linear, prepare = linear_for(self.device, self.dtype, pack_weights)
         self.packed = linear is not F.linear
         # prefill and decode (the compiled step takes the same weights); the lm_head's weight prepared alike
-        self.eager_run = LayerRun(*self.layer_steps, self._layer_weights(prepare), linear)
+        self.eager_run = LayerRun(*self.layer_steps, self._layer_weights(prepare), linear, model.get_input_embeddings())
         self.lm_head = (linear, prepare(model.lm_head.weight), model.lm_head.bias)
 
     def _layer_weights(self, prepare: Callable) -> list[LayerWeights]:
@@ -247,29 +231,50 @@ class LlamaForward:
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=masks[layer], scale=self.scale, enable_gqa=True)
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
 
-        hidden = self._forward(token_ids, 0, attend, layer_states)
+        hidden = self._forward(token_ids, attend, layer_states)
         return PromptKV(ks, vs), hidden
 
     def forward_step(self, cache: KVCache, tokens: torch.Tensor, pos: int, first_row: int = 0,
                      layer_states: torch.Tensor | None = None) -> torch.Tensor:
         """One token per row, tokens [rows, 1], at generated position `pos` for the cache's rows
-        first_row...: writes their k/v into `cache` and returns their hidden states [rows, hidden]
-        (`layer_states` [num_layer_states, rows, hidden], if given, receives every layer's).
-        A layer whose window starts later (`first_visible`) attends to the tail of the shared prompt
-        KV and of the rows' own KV: every row is at the same position, so the window is a slice."""
-        prompt_len = cache.prompt_len
+        first_row...: `decode_step`, eager, writing their k/v into `cache`; returns their hidden
+        states [rows, hidden] (`layer_states` [num_layer_states, rows, hidden], if given, receives
+        every layer's). Every row is at the same position, so a layer's window (`first_visible`) is
+        a slice of the prompt's KV and of the rows' own (`attention.attend_exact`)."""
+        prompt_len, rows = cache.prompt_len, slice(first_row, first_row + tokens.shape[0])
+        rotary = self.rotary(tokens.new_empty(0, dtype=self.dtype), torch.tensor([[prompt_len + pos]], device=self.device))
+        first_visible = [self.first_visible(layer, prompt_len + pos) for layer in range(len(self.layers))]
+        hidden = self.decode_step(self.eager_run, attend_exact, tokens[:, 0], pos, rotary, first_visible, pos + 1,
+                                  cache.prompt_k, cache.prompt_v, [k[rows] for k in cache.k], [v[rows] for v in cache.v],
+                                  layer_states)
+        cache.length = pos + 1
+        return hidden
 
-        def attend(layer, q, k, v):
-            k, v = cache.update(layer, pos, k[:, :, 0], v[:, :, 0], first_row)
-            prompt_k, prompt_v = cache.prompt_k[layer], cache.prompt_v[layer]
-            first = self.first_visible(layer, prompt_len + pos)
-            if first > 0:  # an empty prompt part once the window lies within the generated tokens
-                prompt_k, prompt_v = prompt_k[:, first:], prompt_v[:, first:]
-                own = max(0, first - prompt_len)
-                k, v = k[:, :, own:], v[:, :, own:]
-            return attend_decode(q, prompt_k, prompt_v, k, v, self.scale)
+    def decode_step(self, run: LayerRun, attention: Callable, tokens: torch.Tensor, pos, rotary: list, first_visible,
+                    span, prompt_k: list, prompt_v: list, k: list, v: list,
+                    layer_states: torch.Tensor | None = None) -> torch.Tensor:
+        """The decode step, eager and compiled alike (`compiled.StaticDecodeStep` traces it): tokens
+        [rows] at generated position `pos` (an int; a 0-d tensor in the graph) with `run`'s layers,
+        `rotary` (per layer, cos and sin there) and `first_visible` (per layer, the oldest position
+        seen). Each layer's new k/v is written at `pos` into its buffers k/v [rows, kv_heads, L, d],
+        and `attention` (`attention.attention_for`) reads their first `span` slots (None: the whole
+        buffers, which the C++ kernel reads up to `pos`) and the prompt's KV. Returns the final
+        hidden states [rows, hidden]; `layer_states`, if given, receives every layer's."""
 
-        return self._forward(tokens, prompt_len + pos, attend, layer_states)
+        def attend(layer, q, new_k, new_v):
+            for buffer, new in ((k[layer], new_k), (v[layer], new_v)):
+                if isinstance(pos, torch.Tensor):  # data in the graph: one graph for every position
+                    buffer.index_copy_(2, pos.view(1), new)
+                else:
+                    buffer[:, :, pos] = new[:, :, 0]
+            own_k, own_v = (k[layer], v[layer]) if span is None else (k[layer][:, :, :span], v[layer][:, :, :span])
+            return attention(q, prompt_k[layer], prompt_v[layer], own_k, own_v, pos, first_visible[layer], self.scale)
+
+        x = self.run_layers(run.embed(tokens[:, None]), rotary, attend, run, layer_states)
+        hidden = self.final_norm(x[:, -1])
+        if layer_states is not None:
+            layer_states[-1].copy_(hidden)
+        return hidden
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -284,19 +289,17 @@ class LlamaForward:
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.model.model.norm)
 
-    def _forward(self, token_ids: torch.Tensor, first_pos: int, attend: Callable,
+    def _forward(self, token_ids: torch.Tensor, attend: Callable,
                  layer_states: torch.Tensor | None = None) -> torch.Tensor:
-        """Run the transformer on token_ids [rows, seq] at positions first_pos...: the embedding, the
+        """Run the transformer on the prompt token_ids [1, seq] from position 0: the embedding, the
         layers (`run_layers`, attention from `attend(layer, q, k, v)`), the final norm. Returns the
-        final (normed) hidden state of the last position, [rows, hidden]: logits are made from it in
-        row chunks (see `sampler.sample`).
+        final (normed) hidden state of the last position, [1, hidden].
 
-        `layer_states` [len(layers) + 1, rows, hidden], if given, receives the last position's state
+        `layer_states` [len(layers) + 1, 1, hidden], if given, receives the last position's state
         as transformers' output_hidden_states gives it: the embedding output (Gemma 3: scaled), each
         layer's output but the last, and the final normed state."""
-        seq = token_ids.shape[1]
-        x = self.model.get_input_embeddings()(token_ids)
-        positions = torch.arange(first_pos, first_pos + seq, device=self.device)[None]
+        x = self.eager_run.embed(token_ids)
+        positions = torch.arange(token_ids.shape[1], device=self.device)[None]
         x = self.run_layers(x, self.rotary(x, positions), attend, self.eager_run, layer_states)
         hidden = self.final_norm(x[:, -1])
         if layer_states is not None:

@@ -1,16 +1,22 @@
-"""The compiled step's attention (`compiled.py`): `attend_static`, inductor's code over the rows' own
-KV span, and, on a CPU, `attend_kernel`, one C++ kernel (`decode_attention`) per layer.
+"""The decode step's attention, one signature for every implementation (`attention_for` picks one):
+one query per row against the prompt's KV, shared by every row, and the rows' own KV, read from the
+first slots of their preallocated buffers (`llama.LlamaForward.decode_step`):
 
-Per row and KV head, in one pass: the group's queries scored against the row's own keys up to
-`pos` (the step's key already written there), one softmax over those scores and the prompt's (given:
-one GEMM over every row, since the prompt's KV is shared), the prompt's probabilities written out
-(for the GEMM with its values), and the weighted sum of the row's own values. Each key is read once
-for the whole group, and the next row's keys and values are prefetched while this row computes: at
-decode shapes attention is bound by reading the rows' own cache from memory. Inductor's code for the
-same thing (`attend_static`) makes several passes over the scores, with a horizontal sum per
-query and key; the kernel makes one pass. Taking attention out of inductor's graph also makes the
-graph smaller, and its first compile shorter. What the kernel gains, alone and in the whole
-step, at each row count: docs/results.md, "The decode step as one graph".
+    attend(q, prompt_k, prompt_v, k, v, pos, first_visible, scale) -> [rows, heads, 1, d]
+
+- `attend_exact`, the eager step's on any device: reads exactly the visible keys (the window a
+  slice), the prompt's part one GEMM per KV head over every row's queries.
+- `attend_static`, inductor's code in the compiled step: the keys a query does not see masked, so
+  that the position and the window's start are data and one graph serves every step.
+- `attend_kernel`, the compiled step's on a CPU where it applies: one C++ kernel per layer
+  (`decode_attention`). Per row and KV head, in one pass: the group's queries scored against the
+  row's own keys up to `pos`, one softmax over those and the prompt's scores (given: one GEMM over
+  every row), the prompt's probabilities written out (for the GEMM with its values), and the
+  weighted sum of the row's own values. Each key is read once for the whole group, and the next
+  row's keys and values are prefetched while this row computes: at decode shapes attention is
+  bound by reading the rows' own cache from memory, and inductor's code for the same thing makes
+  several passes over the scores. Taking attention out of inductor's graph also makes the graph
+  smaller, and its first compile shorter. What it gains: docs/results.md, "The decode step as one graph".
 
 The kernel is C++ on `at::vec` (the vector types of inductor's own kernels), built by inductor's code
 cache with its flags and OpenMP, once per machine: inductor's cache keeps it by its source. It is a
@@ -181,18 +187,45 @@ def _decode_attention_shape(q_by_head, prompt_scores, k, v, pos, first_visible, 
             q_by_head.new_empty(rows, kv_heads, q_by_head.shape[1] // rows, head_dim, dtype=torch.float32))
 
 
-def attend_static(q, prompt_k, prompt_v, k, v, pos, first_visible, own_positions, scale: float) -> torch.Tensor:
-    """One query per row against the shared prompt KV and the span `own_positions` of the rows'
-    preallocated KV, the keys the query does not see masked.
+def attention_for(device: torch.device, dtype: torch.dtype, head_dim: int, compiled: bool):
+    """The attention implementation of a decode step on `device` in `dtype`: eager, `attend_exact`;
+    compiled, the C++ kernel where it runs (`supported`), else inductor's code (`attend_static`)."""
+    if not compiled:
+        return attend_exact
+    return attend_kernel if supported(device, dtype, head_dim) else attend_static
 
-    q [rows, heads, 1, d]; prompt_k/v [kv_heads, P, d]; k/v [rows, kv_heads, L, d], the step's key
-    and value already written at `pos` (0-d); first_visible: 0-d, the oldest position this layer
-    sees; own_positions [span]: 0..span-1, the slots read (the filled ones and a few more)."""
+
+def attend_exact(q, prompt_k, prompt_v, k, v, pos: int, first_visible: int, scale: float) -> torch.Tensor:
+    """Attention over exactly the keys the query sees: q [rows, heads, 1, d]; prompt_k/v [kv_heads, P, d];
+    k/v [rows, kv_heads, pos + 1, d], the rows' own, the step's at `pos`; `first_visible`, the oldest
+    position seen (counted from the prompt's start), sliced to. The prompt part is one GEMM per KV
+    head over every row's queries (the keys are shared)."""
+    if first_visible > 0:  # an empty prompt part once the window lies within the generated tokens
+        own = max(0, first_visible - prompt_k.shape[1])
+        prompt_k, prompt_v = prompt_k[:, first_visible:], prompt_v[:, first_visible:]
+        k, v = k[:, :, own:], v[:, :, own:]
     rows, heads, _, d = q.shape
     kv_heads, prompt_len = prompt_k.shape[0], prompt_k.shape[1]
     group = heads // kv_heads
-    span = own_positions.shape[0]
-    k, v = k[:, :, :span], v[:, :, :span]
+    q = q.view(rows, kv_heads, group, d)
+    q_by_head = q.transpose(0, 1).reshape(kv_heads, rows * group, d)
+    prompt_scores = (q_by_head @ prompt_k.transpose(1, 2)).view(kv_heads, rows, group, prompt_len).transpose(0, 1)
+    scores = torch.cat([prompt_scores, q @ k.transpose(-1, -2)], dim=-1)
+    probs = (scores.float() * scale).softmax(-1).to(q.dtype)
+    prompt_probs, own_probs = probs.split([prompt_len, k.shape[2]], dim=-1)
+    prompt_probs = prompt_probs.transpose(0, 1).reshape(kv_heads, rows * group, prompt_len)
+    out = (prompt_probs @ prompt_v).view(kv_heads, rows, group, d).transpose(0, 1) + own_probs @ v
+    return out.reshape(rows, heads, 1, d)
+
+
+def attend_static(q, prompt_k, prompt_v, k, v, pos, first_visible, scale: float) -> torch.Tensor:
+    """Attention over the span of the rows' buffers that `k`/`v` [rows, kv_heads, span, d] are (the
+    filled slots and a few more), the keys the query does not see masked: those after `pos` (0-d) and
+    those before `first_visible` (0-d). q [rows, heads, 1, d]; prompt_k/v [kv_heads, P, d]."""
+    rows, heads, _, d = q.shape
+    kv_heads, prompt_len = prompt_k.shape[0], prompt_k.shape[1]
+    group = heads // kv_heads
+    own_positions = torch.arange(k.shape[2], device=q.device)
     prompt_visible = torch.arange(prompt_len, device=q.device) >= first_visible
     own_visible = (own_positions <= pos) & (own_positions + prompt_len >= first_visible)
     # the queries by KV head, a buffer the prompt's GEMM needs anyway; the rows' own scores read
@@ -213,10 +246,10 @@ def attend_static(q, prompt_k, prompt_v, k, v, pos, first_visible, own_positions
     return out.reshape(rows, heads, 1, d)
 
 
-def attend_kernel(q, prompt_k, prompt_v, k, v, pos, first_visible, own_positions, scale: float) -> torch.Tensor:
-    """`attend_static` through the C++ kernel (`decode_attention`): the prompt's scores
-    and weighted sum stay GEMMs over every row; the softmax and the rows' own keys are the kernel's,
-    which reads each row's cache up to `pos` itself (`own_positions` is None)."""
+def attend_kernel(q, prompt_k, prompt_v, k, v, pos, first_visible, scale: float) -> torch.Tensor:
+    """`attend_static` through the C++ kernel (`decode_attention`), which reads the rows' keys up to
+    `pos` itself (k/v may be the whole buffers): the prompt's scores and weighted sum stay GEMMs
+    over every row; the softmax and the rows' own keys are the kernel's."""
     rows, heads, _, d = q.shape
     kv_heads = prompt_k.shape[0]
     group = heads // kv_heads
