@@ -18,7 +18,7 @@ from pathlib import Path
 
 from method_entries import reference
 from specrej.rewards import GENERATOR_REWARDS  # torch-free
-from plan import local_judge
+from plan import local_judge, model_name
 
 
 def join_args(args) -> str:
@@ -51,6 +51,13 @@ def builds_graphs(config: dict, generator: str) -> bool:
     compiled_graphs): under compile auto with build_graphs, and not for a model that runs its own code."""
     g = config["generators"][generator]
     return compile_setting(g) == "auto" and g["build_graphs"] and not g["trust_remote_code"]
+
+
+def graphs_name(config: dict, generator: str) -> str:
+    """The name of `generator`'s compiled_graphs job and its output: one per model and dtype, so
+    generators that share both share one build (and one measurement, not two taken side by side)."""
+    g = config["generators"][generator]
+    return f"{model_name(g['model'])}--{g['dtype'] or config['dtype']}"
 
 
 def compile_args(config: dict, generator: str) -> str:

@@ -342,6 +342,20 @@ def test_engine_args_pass_a_compile_setting_other_than_auto_and_yaml_bare_words(
         assert f"--method bon --compile {passed} --max-new-tokens" in job_options.reference_args(config, config["pairs"][1], n=2)
 
 
+def test_a_generator_under_compile_auto_builds_its_graphs_once_per_model_and_dtype(config):
+    """The compiled_graphs job: under compile auto with build_graphs (the defaults), not under on or
+    off, not with build_graphs false or a generator's own code; one per model and dtype."""
+    assert config["generators"]["g"]["build_graphs"] is True and job_options.builds_graphs(config, "g")
+    assert job_options.compile_args(config, "g") == "--model gen-model --dtype auto --device auto --if-missing"
+    config["generators"]["same"] = {**config["generators"]["g"], "label": "same model"}
+    config["generators"]["bf16"] = {**config["generators"]["g"], "dtype": "bfloat16"}
+    assert job_options.graphs_name(config, "same") == job_options.graphs_name(config, "g")
+    assert job_options.graphs_name(config, "bf16") == job_options.graphs_name(config, "g").replace("--auto", "--bfloat16")
+    for key, value in (("compile", "on"), ("compile", False), ("build_graphs", False), ("trust_remote_code", True)):
+        config["generators"]["g"] = {**config["generators"]["same"], key: value}
+        assert not job_options.builds_graphs(config, "g")
+
+
 def test_engine_args_trust_each_model_alone_and_pin_its_revision(config):
     """A trusted reward model gives --trust-remote-code reward (its generator runs no code of its
     own), a trusted generator model, both both; a `revision` becomes --model-revision /

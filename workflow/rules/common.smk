@@ -201,9 +201,18 @@ def pair_model_files(wildcards):
     marker where it builds them (job_options.builds_graphs); ancient, so a model fetched again or
     graphs built again (a new machine, an emptied cache) rerun no finished job."""
     generator = PAIRS[wildcards.pair]["generator"]
-    graphs = [f"{RESULTS}/graphs/{generator}.json"] if job_options.builds_graphs(config, generator) else []
+    graphs = ([f"{RESULTS}/graphs/{job_options.graphs_name(config, generator)}.json"]
+              if job_options.builds_graphs(config, generator) else [])
     return [ancient(path) for path in [f"{RESULTS}/models/{name}.json"
                                        for name in plan.pair_models(config, PAIRS[wildcards.pair])] + graphs]
+
+
+def graphs_generator(wildcards):
+    """The generator a compiled_graphs job builds for: the first of the study's that share its
+    model and dtype (job_options.graphs_name)."""
+    generators = dict.fromkeys(pair["generator"] for pair in config["pairs"])
+    return next(g for g in generators if job_options.builds_graphs(config, g)
+                and job_options.graphs_name(config, g) == wildcards.graphs)
 
 
 def judge_model_files():

@@ -23,20 +23,21 @@ rule fetch_model:
 
 
 rule compiled_graphs:
-    """`specrej compile --if-missing` for one generator under compile auto (job_options.builds_graphs):
-    this machine's compiled graphs built and measured against eager once, before its generation jobs,
-    which then run compiled where that measurement says it is faster; its output keeps the
-    measurement. A later study finds the graphs and re-times nothing."""
+    """`specrej compile --if-missing` for one model and dtype of a generator under compile auto
+    (job_options.builds_graphs): this machine's compiled graphs built and measured against eager once,
+    before the generation jobs, which then run compiled where that measurement says it is faster; its
+    output keeps the measurement. A later study finds the graphs and re-times nothing."""
     input:
-        lambda wildcards: ancient(f"{RESULTS}/models/{plan.model_name(config['generators'][wildcards.generator]['model'])}.json"),
+        lambda wildcards: ancient(
+            f"{RESULTS}/models/{plan.model_name(config['generators'][graphs_generator(wildcards)]['model'])}.json"),
     output:
-        f"{RESULTS}/graphs/{{generator}}.json",
+        f"{RESULTS}/graphs/{{graphs}}.json",
     params:
-        args=lambda wildcards: job_options.compile_args(config, wildcards.generator),
+        args=lambda wildcards: job_options.compile_args(config, graphs_generator(wildcards)),
     log:
-        f"{RESULTS}/logs/compiled_graphs/{{generator}}.log",
+        f"{RESULTS}/logs/compiled_graphs/{{graphs}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/compiled_graphs/{{generator}}.tsv"
+        f"{RESULTS}/benchmarks/compiled_graphs/{{graphs}}.tsv"
     threads: config["resources"]["generate"]["threads"]
     resources:
         gpu=config["resources"]["generate"]["gpu"],

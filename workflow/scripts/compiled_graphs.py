@@ -1,5 +1,5 @@
-"""`specrej compile --if-missing` for one generator (rule compiled_graphs), at the generation jobs'
-threads; its measurement, with the row ranges auto runs compiled on, is the job's output. Where the
+"""`specrej compile --if-missing` for one model and dtype (rule compiled_graphs), at the generation
+jobs' threads; its measurement, with the row ranges auto runs compiled on, is the job's output. Where the
 graphs cannot be built here (a device or model torch.compile fails on), the output says so and the
 study goes on eager: compiling is a speed-up, not part of any result."""
 
