@@ -37,13 +37,18 @@ def common_args(config: dict, pair: dict, method: str, seed_offset: int = 0) -> 
             "--method", method, *prompt_format, *compile_step,
             "--max-new-tokens", s["max_new_tokens"], "--temperature", s["temperature"], "--top-p", s["top_p"],
             "--top-k", s["top_k"], "--seed", s["seed"] + seed_offset, "--device", config["device"],
-            "--dtype", g["dtype"] or config["dtype"], "--reward-batch-size", r["batch_size"], "--no-progress",
+            "--dtype", generator_dtype(config, g), "--reward-batch-size", r["batch_size"], "--no-progress",
             "--exit-zero"]  # a chunk whose every prompt fails is a result (error records), not a failed job
 
 
 def compile_setting(generator: dict) -> str:
     """A generator entry's `compile`: auto, on or off (YAML reads a bare on / off as true / false)."""
     return {True: "on", False: "off"}.get(generator["compile"], generator["compile"])
+
+
+def generator_dtype(config: dict, generator: dict) -> str:
+    """A generator entry's dtype, else the study's."""
+    return generator["dtype"] or config["dtype"]
 
 
 def builds_graphs(config: dict, generator: str) -> bool:
@@ -57,14 +62,14 @@ def graphs_name(config: dict, generator: str) -> str:
     """The name of `generator`'s compiled_graphs job and its output: one per model and dtype, so
     generators that share both share one build (and one measurement, not two taken side by side)."""
     g = config["generators"][generator]
-    return f"{model_name(g['model'])}--{g['dtype'] or config['dtype']}"
+    return f"{model_name(g['model'])}--{generator_dtype(config, g)}"
 
 
 def compile_args(config: dict, generator: str) -> str:
     """`specrej compile` options of the compiled_graphs job of `generator` (all but --threads and --out):
     built and measured once per machine (--if-missing), at the generation jobs' dtype and device."""
     g = config["generators"][generator]
-    return join_args(["--model", g["model"], *revision_args("model", g), "--dtype", g["dtype"] or config["dtype"],
+    return join_args(["--model", g["model"], *revision_args("model", g), "--dtype", generator_dtype(config, g),
                       "--device", config["device"], "--if-missing"])
 
 

@@ -42,7 +42,7 @@ def compile_graphs(args: argparse.Namespace) -> None:
 
     from ..engine.compiled import row_range
     from ..engine.graph_build import build_and_measure, kept_measurement
-    from ..engine.graph_cache import artifact_dir, measurement_path
+    from ..engine.graph_cache import artifact_dir, measurement_path, write_json
     from ..engine.load import load_engine
 
     if args.tokens < 1 or args.repeats < 1 or not args.rows or min(args.rows) < 1:
@@ -65,12 +65,7 @@ def compile_graphs(args: argparse.Namespace) -> None:
     print(f"kept in {where}; --compile auto at {measured['threads']} threads runs compiled on "
           + (", ".join(f"{name} rows" for name in faster) if faster else "no row range (eager everywhere)"))
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        temporary = out.with_name(f".{out.name}.tmp")
-        temporary.write_text(json.dumps({**measured, "model": args.model, "kept_in": str(where),
-                                         "compiled_ranges": faster}, indent=1) + "\n", encoding="utf-8")
-        os.replace(temporary, out)
+        write_json(Path(args.out), {**measured, "model": args.model, "kept_in": str(where), "compiled_ranges": faster})
 
 
 def _refuse_overwriting_other_than_a_measurement(path: str) -> None:

@@ -95,10 +95,10 @@ class StaticDecodeStep(torch.nn.Module):
     def __init__(self, forward):
         super().__init__()
         self.forward_pass = forward
-        self.embed = forward.eager_run.embed
+        self.embed = forward.eager_run.embed  # a submodule: its weight is an input of the graph, like the layers'
         self.params = torch.nn.ParameterList()
         self.run = forward.eager_run._replace(weights=[as_parameters(self, w) for w in forward.eager_run.weights],
-                                              linear=graph_linear, embed=self.embed)
+                                              linear=graph_linear)
         self.attention = attention_for(forward.device, forward.dtype, forward.head_dim, compiled=True)
 
     def forward(self, tokens, pos, rotary, first_visible, own_positions, prompt_k, prompt_v, k, v) -> torch.Tensor:
@@ -345,7 +345,7 @@ class CompiledForward:
             first_visible = torch.tensor([fw.first_visible(layer, prompt_len + pos) for layer in range(len(fw.layers))],
                                          device=fw.device)
         own_positions = None
-        if self.module.attention is not attend_kernel:  # attention reads the filled slots rounded up to a block, not the whole buffer
+        if self.module.attention is not attend_kernel:  # the filled slots rounded up to a block, not the whole buffer
             own_positions = torch.arange(min(cache.max_len, -(-(pos + 1) // SPAN_BLOCK) * SPAN_BLOCK), device=fw.device)
         rows = tokens.shape[0]
         chunk = tokens[:, 0].contiguous()  # one stride (a guard) whatever the rollout's width

@@ -156,9 +156,14 @@ def measurement_path(artifacts: Path, threads: int) -> Path:
 
 
 def write_measurement(artifacts: Path, measurement: dict) -> Path:
-    path = measurement_path(artifacts, measurement["threads"])
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(measurement, indent=1) + "\n", encoding="utf-8")
+    return write_json(measurement_path(artifacts, measurement["threads"]), measurement)
+
+
+def write_json(path: Path, data: dict) -> Path:
+    """`data` as JSON at `path`, replaced in one rename (a reader sees the old file or the new)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     os.replace(temporary, path)
     return path
 

@@ -261,9 +261,11 @@ class LlamaForward:
         buffers, which the C++ kernel reads up to `pos`) and the prompt's KV. Returns the final
         hidden states [rows, hidden]; `layer_states`, if given, receives every layer's."""
 
+        position_is_data = isinstance(pos, torch.Tensor)  # in the graph: one graph for every position
+
         def attend(layer, q, new_k, new_v):
             for buffer, new in ((k[layer], new_k), (v[layer], new_v)):
-                if isinstance(pos, torch.Tensor):  # data in the graph: one graph for every position
+                if position_is_data:
                     buffer.index_copy_(2, pos.view(1), new)
                 else:
                     buffer[:, :, pos] = new[:, :, 0]

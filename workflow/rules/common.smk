@@ -200,11 +200,11 @@ def pair_model_files(wildcards):
     """The fetch markers of the models a job of this pair loads, and its generator's compiled-graphs
     marker where it builds them (job_options.builds_graphs); ancient, so a model fetched again or
     graphs built again (a new machine, an emptied cache) rerun no finished job."""
-    generator = PAIRS[wildcards.pair]["generator"]
-    graphs = ([f"{RESULTS}/graphs/{job_options.graphs_name(config, generator)}.json"]
-              if job_options.builds_graphs(config, generator) else [])
-    return [ancient(path) for path in [f"{RESULTS}/models/{name}.json"
-                                       for name in plan.pair_models(config, PAIRS[wildcards.pair])] + graphs]
+    pair = PAIRS[wildcards.pair]
+    files = [f"{RESULTS}/models/{name}.json" for name in plan.pair_models(config, pair)]
+    if job_options.builds_graphs(config, pair["generator"]):
+        files.append(f"{RESULTS}/graphs/{job_options.graphs_name(config, pair['generator'])}.json")
+    return [ancient(path) for path in files]
 
 
 def graphs_generator(wildcards):
