@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from specrej.cli.main import main
-from specrej.engine.graph_cache import refuse_untrusted, use_inductor_cache
+from specrej.engine.graph_cache import inductor_cache, refuse_untrusted
 from specrej.errors import SpecrejError
 from specrej.models.cache import build_once
 
@@ -37,7 +37,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     cache.mkdir()
     cache.chmod(0o755)
     monkeypatch.setenv("SPECREJ_CACHE", str(cache))
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # restored afterwards: use_inductor_cache sets it
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # inductor's cache chosen by specrej
     return cache
 
 
@@ -62,22 +62,38 @@ def test_a_group_and_world_writable_inductor_cache_is_refused(cache):
     inductor.mkdir()
     inductor.chmod(0o777)
     before = modes(cache)
-    with pytest.raises(SpecrejError) as error:
-        use_inductor_cache()
+    with pytest.raises(SpecrejError) as error, inductor_cache():
+        pass
     assert str(error.value) == refusal(inductor, "writable by its group and others")
     assert modes(cache) == before and "TORCHINDUCTOR_CACHE_DIR" not in os.environ
 
 
 def test_a_cache_others_can_write_is_refused_unless_it_is_sticky(cache):
     cache.chmod(0o775)  # a group member could rename $SPECREJ_CACHE/inductor and put their own in its place
-    with pytest.raises(SpecrejError) as error:
-        use_inductor_cache()
+    with pytest.raises(SpecrejError) as error, inductor_cache():
+        pass
     assert str(error.value) == refusal(cache, "writable by its group")
     assert modes(cache) == {".": 0o775}
 
     cache.chmod(0o1777)  # sticky, as /tmp is: no one renames what another put there
-    assert use_inductor_cache() == str(cache / "inductor") == os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    with inductor_cache() as directory:
+        assert directory == str(cache / "inductor") == os.environ["TORCHINDUCTOR_CACHE_DIR"]
     assert modes(cache) == {".": 0o1777, "inductor": 0o700}
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ  # set for the block only
+
+
+def test_inductor_cache_is_ours_within_the_block_and_the_processs_own_after(cache, tmp_path, monkeypatch):
+    own = tmp_path / "own-inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(own))  # the user's own choice: specrej uses it too
+    with inductor_cache() as directory:
+        assert directory == str(own)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(own)
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())  # torch's default, written by torch itself
+    with inductor_cache() as directory:
+        assert directory == os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache / "inductor")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()
 
 
 def test_a_users_own_cache_is_used_and_its_code_folders_are_made_owner_only(tmp_path, monkeypatch):
@@ -86,7 +102,8 @@ def test_a_users_own_cache_is_used_and_its_code_folders_are_made_owner_only(tmp_
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     mask = os.umask(0o002)  # a umask that makes group-writable folders: specrej's own are not
     try:
-        assert use_inductor_cache() == str(cache / "inductor")
+        with inductor_cache() as directory:
+            assert directory == str(cache / "inductor")
     finally:
         os.umask(mask)
     assert modes(cache) == {".": 0o755, "inductor": 0o700}
@@ -120,8 +137,8 @@ def test_a_code_cache_that_belongs_to_another_user_is_refused(cache):
     inductor = cache / "inductor"
     inductor.mkdir(mode=0o755)
     os.chown(inductor, nobody.pw_uid, nobody.pw_gid)
-    with pytest.raises(SpecrejError) as error:
-        use_inductor_cache()
+    with pytest.raises(SpecrejError) as error, inductor_cache():
+        pass
     assert str(error.value) == (f"refusing to load compiled code from {inductor}: it belongs to user nobody, and "
                                 "whoever can write there runs code in this process; set SPECREJ_CACHE to a "
                                 "folder of your own")
@@ -132,8 +149,8 @@ def test_an_inductor_cache_the_user_chose_is_checked_and_named_in_the_fix(cache,
     chosen.mkdir(parents=True)
     chosen.chmod(0o770)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(chosen))
-    with pytest.raises(SpecrejError) as error:
-        use_inductor_cache()
+    with pytest.raises(SpecrejError) as error, inductor_cache():
+        pass
     assert str(error.value) == refusal(chosen, "writable by its group", "TORCHINDUCTOR_CACHE_DIR")
 
 

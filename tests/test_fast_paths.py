@@ -408,7 +408,7 @@ def test_the_compiled_sampler_at_another_temperature_gives_eager_tokens(model_di
 
 
 COMPILED_ROLLOUT = """
-import json, sys, torch
+import json, os, sys, torch
 import torch._dynamo.utils
 from specrej import SamplingParams, load_engine
 from specrej.engine import decoding
@@ -417,9 +417,21 @@ prompt = decoding.prefill(engine.forward, engine.encode_prompt("Write a poem abo
 rollout = engine.rollout(prompt, 4, 3, SamplingParams(max_new_tokens=3), torch.Generator().manual_seed(0))
 while rollout.num_rows:
     rollout.step()
+one_token = decoding.prefill(engine.forward, [5])  # outside the step graph's shapes: its steps run eagerly
+
+
+def responses(engine):
+    rollout = engine.rollout(one_token, 4, 3, SamplingParams(max_new_tokens=3), torch.Generator().manual_seed(0))
+    finished = []
+    while rollout.num_rows:
+        finished += rollout.step()
+    return sorted((row.candidate_id, row.token_ids) for row in finished)
+
+
 step = engine.forward
 print(json.dumps({"stats": torch._dynamo.utils.counters["stats"], "row_ranges": sorted(step.row_ranges),
-                  "loaded": sorted(step.loaded)}))
+                  "loaded": sorted(step.loaded), "inductor_cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+                  "one_token_as_eager": responses(engine) == responses(engine.with_forward(step.forward_pass))}))
 """
 
 
@@ -437,10 +449,14 @@ def test_a_second_process_takes_the_compiled_graphs_from_the_cache(model_dir, tm
         runs.append(json.loads(run.stdout.splitlines()[-1]))
     first, second = runs
     assert first["row_ranges"] == second["row_ranges"] == ["2-64"]  # 4 rows: one graph
+    assert first["one_token_as_eager"] and second["one_token_as_eager"]
+    # inductor's cache was ours only while a graph was compiled or loaded
+    assert not str(first["inductor_cache"]).startswith(str(tmp_path))
+    assert not str(second["inductor_cache"]).startswith(str(tmp_path))
     assert first["loaded"] == [] and second["loaded"] == ["sample-2-64", "step-2-64"]
     assert sorted(p.name for p in (tmp_path / "cache" / "compiled").glob("*/*.bin")) == ["sample-2-64.bin",
                                                                                      "step-2-64.bin"]
-    assert first["stats"]["unique_graphs"] == 2  # traced: the step and the sampler
+    assert first["stats"]["unique_graphs"] == 2  # traced: the step and the sampler, not for the one-token prompt
     assert any((tmp_path / "cache" / "inductor").iterdir())  # its kernels under $SPECREJ_CACHE, not /tmp
     assert not second["stats"].get("unique_graphs")  # nothing traced
 

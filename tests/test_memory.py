@@ -12,7 +12,7 @@ import torch
 from specrej import LogProbReward, SamplingParams, SpecrejError, best_of_n, load_reward, speculative_rejection
 from specrej.api import run_one, run_prompts
 from specrej.engine import decoding
-from specrej.engine.budget import PeakMemory, token_capacity
+from specrej.engine.budget import PeakMemory, storage_bytes, token_capacity
 from specrej.engine.decoding import Rollout
 from specrej.methods.out_of_memory import is_out_of_memory
 from specrej.methods.session import Session
@@ -113,9 +113,8 @@ def test_the_prompt_kv_is_its_own_storage_and_counted_by_storage(engine):
     prompt = decoding.prefill(engine.forward, engine.encode_prompt(PROMPT))
     for t in prompt.state.k + prompt.state.v:
         assert t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
-    cache = engine.forward.new_cache()
     big = torch.zeros(4, 100)
-    assert cache._bytes([big[:1], big[1:2]]) == big.numel() * 4  # one storage, whole, once
+    assert storage_bytes([big[:1], big[1:2]]) == big.numel() * 4  # one storage, whole, once
 
 
 def test_a_finished_batch_is_released_before_the_next(engine, monkeypatch):

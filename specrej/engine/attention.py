@@ -146,14 +146,15 @@ def supported(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
 @functools.cache
 def compiled_kernel(scalar: str, kv_heads: int, group: int, head_dim: int):
     """The kernel for these constants, compiled at first use (inductor's code cache keeps it on disk,
-    in the folder `graph_cache.use_inductor_cache` checked: a shared object loaded from there runs here)."""
+    in the folder `graph_cache.inductor_cache` checks: a shared object loaded from there runs here)."""
     from torch._inductor.codecache import CppPythonBindingsCodeCache
 
-    from .graph_cache import use_inductor_cache
+    from .graph_cache import inductor_cache
 
-    use_inductor_cache()
     source = SOURCE.format(scalar=scalar, kv_heads=kv_heads, group=group, head_dim=head_dim)
-    return CppPythonBindingsCodeCache.load_pybinding([a.format(s=scalar) for a in ARGTYPES], source, needs_vec_isa=True)
+    with inductor_cache():
+        return CppPythonBindingsCodeCache.load_pybinding([a.format(s=scalar) for a in ARGTYPES], source,
+                                                         needs_vec_isa=True)
 
 
 @torch.library.custom_op("specrej::decode_attention", mutates_args=())

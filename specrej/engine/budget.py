@@ -75,6 +75,17 @@ def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype:
     return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
+def storage_bytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of the storages behind `tensors`, each counted once: a view keeps its whole storage
+    alive (numel x element size would undercount it), and an expanded view is its one storage."""
+    storages = {}
+    for t in tensors:
+        if t.numel():
+            storage = t.untyped_storage()
+            storages[storage._cdata] = storage.nbytes()
+    return sum(storages.values())
+
+
 def default_memory_budget(device: torch.device) -> int:
     """KV budget when none is given.
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .budget import storage_bytes
+
 
 def compaction_order(keep: torch.Tensor) -> torch.Tensor:
     """Row order after dropping rows where `keep` is False, moving as few rows as possible.
@@ -78,19 +80,9 @@ class KVCache:
     def prompt_len(self) -> int:
         return self.prompt_k[0].shape[1]
 
-    @staticmethod
-    def _bytes(tensors: list[torch.Tensor]) -> int:
-        """Bytes of the storages behind `tensors`, each counted once: a view keeps its whole
-        storage alive, so numel x element size would undercount it."""
-        storages = {}
-        for t in tensors:
-            storage = t.untyped_storage()
-            storages[storage._cdata] = storage.nbytes()
-        return sum(storages.values())
-
     @property
     def allocated_bytes(self) -> int:
-        return self._bytes(self.prompt_k + self.prompt_v + self.k + self.v)
+        return storage_bytes(self.prompt_k + self.prompt_v + self.k + self.v)
 
     def _track(self, transient: int = 0) -> None:
         self.peak_bytes = max(self.peak_bytes, self.allocated_bytes + transient)

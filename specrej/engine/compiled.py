@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from ..models.cache import cache_dir, entry_lock
 from .attention import attend_kernel, attention_for
-from .graph_cache import artifact_dir, make_private_dir, refuse_untrusted, use_inductor_cache
+from .graph_cache import artifact_dir, inductor_cache, inductor_cache_dir, make_private_dir, refuse_untrusted
 from .linear import PACKED_MAX_ROWS, PackedWeight
 from .sampler import draw, inverse_cdf
 
@@ -203,13 +203,12 @@ class CompiledForward:
         # both code caches checked first: a refusal stops the run before its first prompt, with nothing changed
         self.artifacts, self.cache = artifact_dir(forward), cache_dir()
         refuse_untrusted(self.artifacts, self.cache, "SPECREJ_CACHE")
-        use_inductor_cache()
+        refuse_untrusted(*inductor_cache_dir())
         self.forward_pass = forward
         self.ranges = set(ranges or ALL_RANGES)
         self.module = StaticDecodeStep(forward)
         self.samplers: dict[bool, StaticSampler] = {}  # tempered or not (StaticSampler)
         self.compiled: dict = {}  # graph name (step-<range>, sample-[tempered-]<range>) -> its compiled function
-        self.guarded: dict = {}  # module -> its graph compiled in this process, for calls outside the artifacts'
         self.row_ranges: set[str] = set()  # the row ranges the step ran on so far (one graph each)
         self.loaded: set[str] = set()  # the graphs that came from an earlier process's artifact
         self.no_window = torch.zeros(len(forward.layers), dtype=torch.long, device=forward.device)
@@ -259,23 +258,22 @@ class CompiledForward:
                          (hidden, u, temperature),
                          lambda: _mark_rows(hidden, u))
 
-    def _run(self, name: str, module: torch.nn.Module, args: tuple, mark_dynamic) -> torch.Tensor:
+    def _run(self, name: str, module: torch.nn.Module, args: tuple, mark_dynamic):
         """`module` on `args` through its ahead-of-time graph `name`, loaded or compiled and saved at
-        first use; a call outside the shapes that graph was made for (a one-token prompt, say) goes
-        through a graph compiled in this process (`torch.compile`, guarded). `mark_dynamic()` marks
-        the args' dynamic dimensions, called only where a graph may be traced (not on every step)."""
-        if name not in self.compiled:
-            mark_dynamic()
-            with self._building():
-                self.compiled[name] = self._load_or_compile(name, module, args)
-        compiled = self.compiled[name]
-        if compiled is not None and compiled.guard_check(module, *args):
-            return compiled(module, *args)
-        mark_dynamic()
-        with tracing_settings(), (self._building() if module not in self.guarded else contextlib.nullcontext()):
-            if module not in self.guarded:  # its first call compiles it: counted as building a graph
-                self.guarded[module] = torch.compile(module, fullgraph=True, dynamic=None)
-            return self.guarded[module](*args)
+        first use, where inductor's cache is scoped to that use (`inductor_cache`); `module` run
+        eagerly where torch could not compile the graph or the call lies outside the shapes it was
+        made for (a one-token prompt, say). `mark_dynamic()` marks the args' dynamic dimensions,
+        called only where the graph may be traced (not on every step)."""
+        first_use = name not in self.compiled
+        with inductor_cache() if first_use else contextlib.nullcontext():
+            if first_use:
+                mark_dynamic()
+                with self._building():
+                    self.compiled[name] = self._load_or_compile(name, module, args)
+            compiled = self.compiled[name]
+            if compiled is not None and compiled.guard_check(module, *args):
+                return compiled(module, *args)
+        return module(*args)
 
     @contextlib.contextmanager
     def _building(self):
@@ -319,9 +317,9 @@ class CompiledForward:
             with tracing_settings():
                 compiled = torch.compile(_call, fullgraph=True, dynamic=None, options={"guard_filter_fn": shape_guards}
                                          ).aot_compile(((module, *args), {}))
-        except Exception as error:  # ahead-of-time compile is experimental in torch: the guarded graph instead
-            warnings.warn(f"--compile on: {name} compiled in this process only ({type(error).__name__}: {error})",
-                          stacklevel=4)
+        except Exception as error:  # ahead-of-time compile is experimental in torch: this graph's calls run eagerly
+            warnings.warn(f"--compile on: {name} runs eagerly (torch could not compile it: {type(error).__name__}: "
+                          f"{error})", stacklevel=4)
             return None
         try:
             compiled.save_compiled_function(str(path))  # written atomically

@@ -9,6 +9,7 @@ weights beside them in $SPECREJ_CACHE are data and may be shared (`models/cache.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import os
@@ -23,10 +24,12 @@ from ..errors import SpecrejError
 from .linear import PACKED_MAX_ROWS
 
 
-def use_inductor_cache() -> str:
-    """Point inductor at its cache (`inductor_cache_dir`), refused unless this user alone can
-    change it (`refuse_untrusted`) and made owner-only; returns it. Called before inductor
-    compiles or loads anything."""
+@contextlib.contextmanager
+def inductor_cache():
+    """Inductor's cache (`inductor_cache_dir`) for what is compiled or loaded within: refused unless
+    this user alone can change it (`refuse_untrusted`), made owner-only, and $TORCHINDUCTOR_CACHE_DIR
+    pointed at it for the block only (the process's own value, or none, restored after), so the
+    rest of the process, a user's own torch.compile included, keeps its cache. Yields the folder."""
     directory, top, setting = inductor_cache_dir()
     refuse_untrusted(directory, top, setting)
     try:
@@ -34,8 +37,15 @@ def use_inductor_cache() -> str:
     except OSError as error:
         raise SpecrejError(f"cannot write the compiled-code cache {directory} ({error.strerror}): "
                            f"set {setting} to a writable folder of your own") from error
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
-    return str(directory)
+    try:
+        yield str(directory)
+    finally:
+        if before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
 
 
 def inductor_cache_dir() -> tuple[Path, Path, str]:
@@ -43,7 +53,7 @@ def inductor_cache_dir() -> tuple[Path, Path, str]:
     `refuse_untrusted` checks from, and the variable that chose it: $TORCHINDUCTOR_CACHE_DIR if the
     user set it, else $SPECREJ_CACHE/inductor, so a study's jobs share one cache (compiled once per
     machine). Torch writes its default (a folder in /tmp) into the variable once anything asks for
-    it, and `use_inductor_cache` writes specrej's, so neither value counts as the user's."""
+    it, and `inductor_cache` sets specrej's within its block, so neither value counts as the user's."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     from ..models.cache import cache_dir

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .budget import storage_bytes
+
 
 @dataclass
 class HFPromptCache:
@@ -38,16 +40,6 @@ def cache_tensors(cache) -> list[torch.Tensor]:
     for layer in getattr(cache, "layers", None) or [cache]:
         walk({k: v for k, v in vars(layer).items() if not k.startswith("_sliding_window")}, 0)
     return found
-
-
-def storage_bytes(tensors: list[torch.Tensor]) -> int:
-    """Bytes of the storages behind `tensors`, each once (an expanded view is its one storage)."""
-    storages = {}
-    for t in tensors:
-        if t.numel():
-            storage = t.untyped_storage()
-            storages[storage._cdata] = storage.nbytes()
-    return sum(storages.values())
 
 
 def _layer_bytes(layer) -> int:

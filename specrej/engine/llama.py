@@ -231,8 +231,9 @@ class LlamaForward:
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=masks[layer], scale=self.scale, enable_gqa=True)
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
 
-        hidden = self._forward(token_ids, attend, layer_states)
-        return PromptKV(ks, vs), hidden
+        x = self.eager_run.embed(token_ids)
+        rotary = self.rotary(x, torch.arange(token_ids.shape[1], device=self.device)[None])
+        return PromptKV(ks, vs), self.run_layers(x, rotary, attend, self.eager_run, layer_states)
 
     def forward_step(self, cache: KVCache, tokens: torch.Tensor, pos: int, first_row: int = 0,
                      layer_states: torch.Tensor | None = None) -> torch.Tensor:
@@ -260,7 +261,6 @@ class LlamaForward:
         and `attention` (`attention.attention_for`) reads their first `span` slots (None: the whole
         buffers, which the C++ kernel reads up to `pos`) and the prompt's KV. Returns the final
         hidden states [rows, hidden]; `layer_states`, if given, receives every layer's."""
-
         position_is_data = isinstance(pos, torch.Tensor)  # in the graph: one graph for every position
 
         def attend(layer, q, new_k, new_v):
@@ -272,11 +272,7 @@ class LlamaForward:
             own_k, own_v = (k[layer], v[layer]) if span is None else (k[layer][:, :, :span], v[layer][:, :, :span])
             return attention(q, prompt_k[layer], prompt_v[layer], own_k, own_v, pos, first_visible[layer], self.scale)
 
-        x = self.run_layers(run.embed(tokens[:, None]), rotary, attend, run, layer_states)
-        hidden = self.final_norm(x[:, -1])
-        if layer_states is not None:
-            layer_states[-1].copy_(hidden)
-        return hidden
+        return self.run_layers(run.embed(tokens[:, None]), rotary, attend, run, layer_states)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -291,37 +287,25 @@ class LlamaForward:
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.model.model.norm)
 
-    def _forward(self, token_ids: torch.Tensor, attend: Callable,
-                 layer_states: torch.Tensor | None = None) -> torch.Tensor:
-        """Run the transformer on the prompt token_ids [1, seq] from position 0: the embedding, the
-        layers (`run_layers`, attention from `attend(layer, q, k, v)`), the final norm. Returns the
-        final (normed) hidden state of the last position, [1, hidden].
-
-        `layer_states` [len(layers) + 1, 1, hidden], if given, receives the last position's state
-        as transformers' output_hidden_states gives it: the embedding output (Gemma 3: scaled), each
-        layer's output but the last, and the final normed state."""
-        x = self.eager_run.embed(token_ids)
-        positions = torch.arange(token_ids.shape[1], device=self.device)[None]
-        x = self.run_layers(x, self.rotary(x, positions), attend, self.eager_run, layer_states)
-        hidden = self.final_norm(x[:, -1])
-        if layer_states is not None:
-            layer_states[-1].copy_(hidden)
-        return hidden
-
     def run_layers(self, x: torch.Tensor, rotary: list, attend: Callable, run: LayerRun,
                    layer_states: torch.Tensor | None = None) -> torch.Tensor:
-        """The layer loop, eager and compiled alike: x [rows, seq, hidden] through every layer,
-        `run`'s two halves around `attend(layer, q, k, v)` with the layer's (cos, sin) of `rotary`;
-        `layer_states`, if given, receives each layer's input at the last position."""
+        """The layer loop and the final norm, prompt and step, eager and compiled alike: x [rows, seq,
+        hidden] (the embedding's output) through every layer, `run`'s two halves around
+        `attend(layer, q, k, v)` with the layer's (cos, sin) of `rotary`. Returns the final (normed)
+        hidden state of the last position, [rows, hidden]. `layer_states` [len(layers) + 1, rows,
+        hidden], if given, receives the last position's states as transformers' output_hidden_states
+        gives them: the embedding output (Gemma 3: scaled), each layer's output but the last, and
+        the final normed state."""
         for i, weights in enumerate(run.weights):
             if layer_states is not None:
                 layer_states[i].copy_(x[:, -1])
             cos, sin = rotary[i]
             q, k, v = run.inputs(x, weights, cos, sin, self.num_heads, self.num_kv_heads, self.head_dim, run.linear)
             x = run.output(x, attend(i, q, k, v), weights, self.act, run.linear)  # attention [rows, heads, seq, d]
-        return x
-
-
+        hidden = self.final_norm(x[:, -1])
+        if layer_states is not None:
+            layer_states[-1].copy_(hidden)
+        return hidden
 
 
 def _fuse(*modules, attr: str):

@@ -37,19 +37,20 @@ def sample(model, hidden: torch.Tensor, params: SamplingParams, generator: torch
     Logits are made `chunk_rows` rows at a time: SR's initial batch can run to thousands of
     rows, and [rows, vocab] fp32 logits plus the sampler's temporaries would not fit.
     """
-    if not top_k and not certainty:
-        drawn = [draw_tokens(model, chunk, params, generator) for chunk in hidden.split(chunk_rows)]
-        return torch.cat([t for t, _ in drawn]), torch.cat([lp for _, lp in drawn]), None, None
     tokens, logprobs, tops, certainties = [], [], [], []
     for chunk in hidden.split(chunk_rows):
-        logits = model.logits(chunk)
-        chosen = sample_next(logits, params, generator)
+        if not top_k and not certainty:
+            chosen, logprob = draw_tokens(model, chunk, params, generator)
+        else:
+            logits = model.logits(chunk)
+            chosen = sample_next(logits, params, generator)
+            logprob = token_logprobs(logits, chosen)
+            if top_k:
+                tops.append(top_logprobs(logits, top_k))
+            if certainty:
+                certainties.append(self_certainty(logits))
         tokens.append(chosen)
-        logprobs.append(token_logprobs(logits, chosen))
-        if top_k:
-            tops.append(top_logprobs(logits, top_k))
-        if certainty:
-            certainties.append(self_certainty(logits))
+        logprobs.append(logprob)
     return (torch.cat(tokens), torch.cat(logprobs), torch.cat(tops) if top_k else None,
             torch.cat(certainties) if certainty else None)
 
