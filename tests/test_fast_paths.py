@@ -496,7 +496,7 @@ def test_the_compiled_graphs_are_keyed_on_the_engines_code_not_its_text(tmp_path
     assert code_digest([source]) != before
 
 
-def test_the_compiled_samplers_inverse_cdf_finds_the_full_cumsums_index():
+def test_the_samplers_inverse_cdf_finds_the_full_cumsums_index():
     """`inverse_cdf` (block sums, then one block's cumulative sum) gives the index that searchsorted
     on the whole cumulative sum gives, in float64 where rounding cannot tell them apart: vocabularies
     not a multiple of the block, draws at 0, at block boundaries and near 1, zero-weight tokens

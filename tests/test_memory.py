@@ -244,14 +244,14 @@ def test_other_errors_are_not_taken_for_out_of_memory():
                                     SamplingParams(temperature=0.7, top_p=0.9, top_k=50)])
 def test_the_sampler_stays_within_its_copies(engine, params):
     from specrej.engine import sampler
-    from specrej.engine.sampler import sampler_copies
+    from specrej.engine.sampler import sampler_bytes
 
     rows = 64
     hidden = torch.randn(rows, engine.config.hidden_size)
     with PeakMemory("cpu") as meter:
         sampler.sample(engine.forward, hidden, params, torch.Generator().manual_seed(0), engine.sample_chunk_rows)
     # the copies of the logits, plus the sampled tokens and log-probs (int64 and fp32, and their cat)
-    assert meter.peak_bytes <= sampler_copies(params) * rows * engine.config.vocab_size * 4 + rows * 32
+    assert meter.peak_bytes <= sampler_bytes(params, rows, engine.config.vocab_size) + rows * 32
 
 
 @pytest.mark.parametrize("model_type", ["olmo2", "gemma2"])

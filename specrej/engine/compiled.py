@@ -51,7 +51,7 @@ from ..models.cache import cache_dir, entry_lock
 from .attention import attend_kernel, attention_for
 from .graph_cache import artifact_dir, inductor_cache, inductor_cache_dir, make_private_dir, refuse_untrusted
 from .linear import PACKED_MAX_ROWS, PackedWeight
-from .sampler import draw, inverse_cdf
+from .sampler import draw, draw_plain
 
 
 @torch.library.custom_op("specrej::packed_linear", mutates_args=())
@@ -115,12 +115,11 @@ class StaticDecodeStep(torch.nn.Module):
 
 
 class StaticSampler(torch.nn.Module):
-    """`sampler.sample_next` and `sampler.token_logprobs` for plain sampling (no top-k or top-p
-    cut), with the lm_head, as one graph: the logits [rows, vocab] are made and read in a few fused
-    passes instead of one eager op each, and the inverse CDF is found in two levels
-    (`inverse_cdf`) instead of written out. The uniform draw `u` [rows, 1] comes from outside (the
+    """The lm_head and plain sampling (no top-k or top-p cut) as one graph: the sampler's own
+    `sampler.draw_plain` on the logits [rows, vocab], which the graph makes and reads in a few fused
+    passes instead of one eager op each. The uniform draw `u` [rows, 1] comes from outside (the
     generator's own `torch.rand`, the call the eager sampler makes), so the same draw picks the same
-    token up to the rounding of the fused softmax and of the sums.
+    token up to the rounding of the fused ops.
 
     `tempered`: a graph for every temperature (a 0-d tensor); else one for temperature 1 (the
     default everywhere), whose draw and log-probs share one exponential of the logits."""
@@ -137,16 +136,7 @@ class StaticSampler(torch.nn.Module):
         logits = graph_linear(hidden, self.weight, self.bias)
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap
-        logits = logits.float()
-        if not self.tempered:
-            shifted = logits - logits.amax(-1, keepdim=True)
-            weights = shifted.exp()
-            choice = inverse_cdf(weights, u)
-            return choice.squeeze(-1), shifted.gather(-1, choice).squeeze(-1) - weights.sum(-1).log()
-        tempered = logits / temperature
-        choice = inverse_cdf((tempered - tempered.amax(-1, keepdim=True)).exp(), u)
-        logprobs = logits.gather(-1, choice).squeeze(-1) - logits.logsumexp(-1)
-        return choice.squeeze(-1), logprobs
+        return draw_plain(logits.float(), u, temperature if self.tempered else 1.0)
 
 
 def row_range(rows: int) -> str:

@@ -23,7 +23,7 @@ from . import sampler
 from .compiled import CompiledForward
 from .graph_build import compile_ranges
 from .decoding import ForwardPass, PrefilledPrompt, Rollout
-from .sampler import sampler_copies
+from .sampler import sampler_bytes
 from .gemma3 import Gemma3Forward
 from .hf_forward import HFForward
 from .llama import LlamaForward
@@ -147,8 +147,8 @@ class Engine:
         (the bound that tests/test_memory.py checks the measured peak against):
 
         - decode: one chunk of rows' activations, at most max(decode_chunk_bytes, one row's);
-        - sampling: `sampler_copies(params)` fp32 [rows, vocab] tensors for one chunk of at most
-          `sample_chunk_rows` rows (logits, their tempered/sorted/soft-maxed/cumulated copies,
+        - sampling: `sampler_bytes` for one chunk of at most `sample_chunk_rows` rows (fp32
+          [rows, vocab] copies: the logits, their tempered/sorted/soft-maxed/exponentiated copies,
           the int64 sort indices);
         - prefill: the prompt's activations (prompt_len rows) and its attention scores;
         - per row: the token-id and log-prob buffers [max_new_tokens] and one gathered copy of
@@ -166,7 +166,7 @@ class Engine:
         row = self.forward.footprint.decode_row_bytes(context)
         decode = min(rows * row, max(self.decode_chunk_bytes, row)) if self.forward.chunked_decode else rows * row
         extra = self.forward.footprint.extra_cache_bytes(prompt_len, rows)
-        sampling = sampler_copies(params) * min(rows, self.sample_chunk_rows) * self.forward.vocab_size * 4
+        sampling = sampler_bytes(params, min(rows, self.sample_chunk_rows), self.forward.vocab_size)
         prefill = self.forward.footprint.prefill_bytes(prompt_len)
         per_row = 2 * 12 * params.max_new_tokens + 3 * 4 * self.forward.hidden_size + 128
         return decode + sampling + prefill + rows * per_row + extra

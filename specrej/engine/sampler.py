@@ -1,9 +1,10 @@
 """The sampler: `sample` draws each row's next token from hidden states (`draw`: the logits, then
-`sample_next`: temperature, top-k, top-p) and reads off its distribution what was asked for: the
-token's log-prob (`token_logprobs`), the k largest log-probs (`top_logprobs`, DeepConf's
-confidence) and the self-certainty (`self_certainty`, the reward-free score). A compiled engine
-draws through its own graph instead (`compiled.CompiledForward.draw`, the same signature), which
-finds the drawn token with `inverse_cdf`. `sampler_copies` bounds its memory."""
+`draw_logits`) and reads off its distribution what was asked for: the token's log-prob
+(`token_logprobs`), the k largest log-probs (`top_logprobs`, DeepConf's confidence) and the
+self-certainty (`self_certainty`, the reward-free score). Every draw is inverse-CDF sampling at one
+uniform per row (`inverse_cdf`): plain sampling through `draw_plain`, which a compiled engine's
+sampler graph traces too (`compiled.StaticSampler`), a top-k or top-p cut and greedy decoding
+through `sample_next`. `sampler_bytes` bounds its memory."""
 
 from __future__ import annotations
 
@@ -17,11 +18,35 @@ from .sampling import SamplingParams
 
 def draw(model, hidden: torch.Tensor, params: SamplingParams, generator: torch.Generator
          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row from hidden states [rows, hidden] (`sample_next` of `model.logits`) and
+    """One token per row from hidden states [rows, hidden] (`draw_logits` of `model.logits`) and
     its log-prob under the untempered distribution: (tokens, log-probs), each [rows]."""
-    logits = model.logits(hidden)
+    return draw_logits(model.logits(hidden), params, generator)
+
+
+def draw_logits(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row from fp32 logits [rows, vocab] and its log-prob under the untempered
+    distribution: `draw_plain` where there is no cut, else `sample_next`."""
+    if params.temperature > 0 and not params.top_k and params.top_p == 1:
+        return draw_plain(logits, uniform(logits, generator), params.temperature)
     chosen = sample_next(logits, params, generator)
     return chosen, token_logprobs(logits, chosen)
+
+
+def draw_plain(logits: torch.Tensor, u: torch.Tensor, temperature) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain sampling, eager and in the compiled sampler's graph: each row's token at its uniform
+    draw u [rows, 1] of the distribution of fp32 logits [rows, vocab] at `temperature` (> 0; a 0-d
+    tensor in a graph), and its log-prob under the untempered distribution, each [rows]. At
+    temperature 1 (the float) the log-probs are read off the draw's own exponentials: one pass over
+    the vocabulary fewer."""
+    untempered = isinstance(temperature, float) and temperature == 1
+    tempered = logits if untempered else logits / temperature
+    top = tempered.amax(-1, keepdim=True)
+    weights = (tempered - top).exp()
+    choice = inverse_cdf(weights, u)
+    if untempered:  # log p = (logit - top) - log sum exp(logits - top)
+        return choice.squeeze(-1), (tempered.gather(-1, choice) - top - weights.sum(-1, keepdim=True).log()).squeeze(-1)
+    return choice.squeeze(-1), token_logprobs(logits, choice.squeeze(-1))
 
 
 @torch.inference_mode()
@@ -43,8 +68,7 @@ def sample(model, hidden: torch.Tensor, params: SamplingParams, generator: torch
             chosen, logprob = draw_tokens(model, chunk, params, generator)
         else:
             logits = model.logits(chunk)
-            chosen = sample_next(logits, params, generator)
-            logprob = token_logprobs(logits, chosen)
+            chosen, logprob = draw_logits(logits, params, generator)
             if top_k:
                 tops.append(top_logprobs(logits, top_k))
             if certainty:
@@ -70,11 +94,14 @@ def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.G
         probs = logits.softmax(-1)
         # drop a token once the tokens before it already reach top_p (the first always stays)
         logits = logits.masked_fill(probs.cumsum(-1) - probs >= params.top_p, float("-inf"))
-    # inverse-CDF sampling: one uniform per row (cheaper than one exponential per vocab entry)
-    cdf = logits.softmax(-1).cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]
-    choice = torch.searchsorted(cdf, u, right=True).clamp_max(cdf.shape[-1] - 1)
+    choice = inverse_cdf((logits - logits.amax(-1, keepdim=True)).exp(), uniform(logits, generator))
     return (choice if candidates is None else candidates.gather(-1, choice)).squeeze(-1)
+
+
+def uniform(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One uniform draw in [0, 1) per row of `logits`, [rows, 1]: inverse-CDF sampling's (cheaper
+    than one exponential per vocabulary entry)."""
+    return torch.rand(logits.shape[0], 1, generator=generator, device=logits.device)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -95,15 +122,19 @@ def self_certainty(logits: torch.Tensor) -> torch.Tensor:
     return logits.logsumexp(-1) - logits.mean(-1) - math.log(logits.shape[-1])
 
 
-def sampler_copies(params: SamplingParams) -> int:
-    """fp32 [rows, vocab] tensors alive at once while `sample` draws one chunk, at most.
+def sampler_bytes(params: SamplingParams, rows: int, vocab: int) -> int:
+    """The most bytes `sample` holds at once while it draws one chunk of `rows` rows over a
+    vocabulary of `vocab`: fp32 [rows, vocab] copies and `inverse_cdf`'s blocks.
 
     Top-p: the logits, the tempered copy, the sorted values and their int64 indices (2), the
-    softmax, its cumsum, the masked copy, the final softmax and cumsum, of which at most about
-    7.5 at once (7 measured with budget.StorageTracker). Otherwise the logits, the tempered copy,
-    the softmax and its cumsum: 4. Half a copy more for the lm_head output of a 16-bit model.
+    softmax, its cumsum, the masked copy, then the shifted logits and their exponentials, of which
+    at most about 7.5 at once: 8. Otherwise the logits, the tempered copy, the shifted logits and
+    their exponentials: 4, and half a copy more for the lm_head output of a 16-bit model: 5.
+    `inverse_cdf` adds the exponentials padded to whole blocks and the chosen block's weights and
+    their cumulative sum: at most three blocks of CDF_BLOCK floats a row.
     """
-    return 8 if params.top_p < 1 else 5
+    copies = 8 if params.top_p < 1 else 5
+    return 4 * rows * (copies * vocab + 3 * CDF_BLOCK)
 
 
 CDF_BLOCK = 256  # inverse_cdf's block (docs/results.md, "The decode step as one graph": the sizes tried)
