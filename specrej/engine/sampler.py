@@ -42,7 +42,7 @@ def draw_plain(logits: torch.Tensor, u: torch.Tensor, temperature) -> tuple[torc
     untempered = isinstance(temperature, float) and temperature == 1
     tempered = logits if untempered else logits / temperature
     top = tempered.amax(-1, keepdim=True)
-    weights = (tempered - top).exp()
+    weights = (tempered - top).exp_()
     choice = inverse_cdf(weights, u)
     if untempered:  # log p = (logit - top) - log sum exp(logits - top)
         return choice.squeeze(-1), (tempered.gather(-1, choice) - top - weights.sum(-1, keepdim=True).log()).squeeze(-1)
@@ -148,7 +148,9 @@ def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     CDF_BLOCK entries, their cumulative sum, and the cumulative sum of the one block the draw falls in."""
     rows, vocab = weights.shape
     blocks = -(-vocab // CDF_BLOCK)
-    weights = F.pad(weights, (0, blocks * CDF_BLOCK - vocab)).view(rows, blocks, CDF_BLOCK)
+    if vocab % CDF_BLOCK:  # padded to whole blocks with zero weights
+        weights = F.pad(weights, (0, blocks * CDF_BLOCK - vocab))
+    weights = weights.view(rows, blocks, CDF_BLOCK)
     block_cdf = weights.sum(-1).cumsum(-1)
     target = u * block_cdf[:, -1:]
     block = torch.searchsorted(block_cdf, target, right=True).clamp_max(blocks - 1)
