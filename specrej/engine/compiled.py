@@ -254,15 +254,18 @@ class CompiledForward:
         eagerly where torch could not compile the graph or the call lies outside the shapes it was
         made for (a one-token prompt, say). `mark_dynamic()` marks the args' dynamic dimensions,
         called only where the graph may be traced (not on every step)."""
-        first_use = name not in self.compiled
-        with inductor_cache() if first_use else contextlib.nullcontext():
-            if first_use:
-                mark_dynamic()
+        if name not in self.compiled:
+            mark_dynamic()
+            with inductor_cache():
                 with self._building():
                     self.compiled[name] = self._load_or_compile(name, module, args)
-            compiled = self.compiled[name]
-            if compiled is not None and compiled.guard_check(module, *args):
-                return compiled(module, *args)
+                return self._call(name, module, args)
+        return self._call(name, module, args)
+
+    def _call(self, name: str, module: torch.nn.Module, args: tuple):
+        compiled = self.compiled[name]
+        if compiled is not None and compiled.guard_check(module, *args):
+            return compiled(module, *args)
         return module(*args)
 
     @contextlib.contextmanager

@@ -46,7 +46,8 @@ def draw_plain(logits: torch.Tensor, u: torch.Tensor, temperature) -> tuple[torc
     choice = inverse_cdf(weights, u)
     if untempered:  # log p = (logit - top) - log sum exp(logits - top)
         return choice.squeeze(-1), (tempered.gather(-1, choice) - top - weights.sum(-1, keepdim=True).log()).squeeze(-1)
-    return choice.squeeze(-1), token_logprobs(logits, choice.squeeze(-1))
+    chosen = choice.squeeze(-1)
+    return chosen, token_logprobs(logits, chosen)
 
 
 @torch.inference_mode()
@@ -94,7 +95,7 @@ def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.G
         probs = logits.softmax(-1)
         # drop a token once the tokens before it already reach top_p (the first always stays)
         logits = logits.masked_fill(probs.cumsum(-1) - probs >= params.top_p, float("-inf"))
-    choice = inverse_cdf((logits - logits.amax(-1, keepdim=True)).exp(), uniform(logits, generator))
+    choice = inverse_cdf((logits - logits.amax(-1, keepdim=True)).exp_(), uniform(logits, generator))
     return (choice if candidates is None else candidates.gather(-1, choice)).squeeze(-1)
 
 
