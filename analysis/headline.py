@@ -51,6 +51,8 @@ SELECTED_BY_SPEEDUP = "highest compute_speedup among the method's settings insid
 SELECTED_BY_SCORE = "no setting of the method inside the Best-of-N range: highest improvement (out of range)"
 # The FLOP ratios (analysis.metrics), carried when the inputs have them (NaN otherwise).
 FLOP_COLUMNS = ("relative_flops", "relative_flops_lo", "relative_flops_hi")
+# The measured CPU (device) seconds beside a modelled eq. 7 (analysis.metrics), likewise.
+MEASURED_COLUMNS = ("relative_cpu", "relative_cpu_lo", "relative_cpu_hi")
 # The speedup at equal score on the FLOPs axis (analysis.bon_curve), likewise.
 FLOP_SPEEDUP_COLUMNS = ("flops_speedup", "flops_speedup_lo", "flops_speedup_hi", "flops_speedup_lo_is_bound",
                         "flops_speedup_hi_is_bound")
@@ -180,7 +182,7 @@ def _method_headline(points: pd.DataFrame, bon: pd.DataFrame) -> pd.DataFrame:
     for column in ("improvement", "relative_compute"):
         for suffix in ("", "_lo", "_hi"):
             out[column + suffix] = points[column + suffix].astype(float)
-    for column in FLOP_COLUMNS:
+    for column in (*FLOP_COLUMNS, *MEASURED_COLUMNS):
         out[column] = points[column].astype(float) if column in points.columns else math.nan
     out["bon_equivalent_status"] = status
     suffixes = ("", "_lo", "_hi", "_extrapolated")

@@ -11,7 +11,8 @@ A trajectory record is one JSON object per line, one per prompt:
                  halted_round, round_scores, ...}],
     rounds [{decision_token, batch_before, batch_after, ranked, rule}],
     timing {total_s, generate_s, score_s, compute_s, threads}, tokens {generated, scored}, peak_kv_bytes,
-    flops {prefill, generate, reward, total},
+    flops {prefill, generate, reward, total}, steps {prefill, decode, scored} (the engine's steps:
+    ``specrej.records.step_profile``),
 
 or, for a prompt that failed, prompt_id, prompt, method, params and an ``error`` string.
 Only the fields used below are required; ``specrej.records.io`` owns the full schema.
@@ -28,10 +29,11 @@ from analysis.correlation import PREFIX_COLUMNS
 from analysis.metrics import perplexity
 from analysis.settings import DISPLAY_COLUMNS, canonical_setting, declared_reference, record_display, with_display
 from specrej.records.io import read_records  # torch-free
+from specrej.records.step_profile import modelled_seconds  # torch-free
 
 RUNS_COLUMNS = [
     "prompt_id", "method", "setting", "method_label", "n", "batch_size", "seed", "generator", "reward", "pair",
-    "shards", "score", "worst_score", "num_tokens", "time_s", "work_s", "threads", "generate_s", "score_s",
+    "shards", "score", "worst_score", "num_tokens", "time_s", "work_s", "cpu_s", "modelled_s", "threads", "generate_s", "score_s",
     "tokens_generated", "tokens_scored", "peak_kv_bytes", "flops", "num_rounds", "perplexity", "num_candidates", "init_batch_size",
     "min_tokens", "first_decision_token", *DISPLAY_COLUMNS,
 ]
@@ -50,7 +52,7 @@ def load_prefix_table(path: str | Path) -> pd.DataFrame:
     return prefixes
 
 
-def best_responses_frame(records: Iterable[dict]) -> pd.DataFrame:
+def best_responses_frame(records: Iterable[dict], calibration: Mapping | None = None) -> pd.DataFrame:
     """One row per answered record: the *runs* frame that ``analysis.metrics`` consumes.
 
     Columns (``RUNS_COLUMNS``): prompt_id, method, setting, method_label (the configuration:
@@ -61,7 +63,10 @@ def best_responses_frame(records: Iterable[dict]) -> pd.DataFrame:
     (the lowest final score among the record's complete candidates, ``worst_score``; eq. 8
     normalises by Bo-N_min's score − worst_score), num_tokens (of the best response), time_s
     (wall-clock ``timing.total_s``), work_s (``timing.compute_s``: the CPU or device seconds of the
-    work, eq. 7's compute; NaN in a record made before it was recorded), threads (torch's CPU
+    work, eq. 7's compute; NaN in a record made before it was recorded), cpu_s (the same measured
+    seconds, kept beside whichever compute eq. 7 counts), modelled_s (``calibration`` applied to the
+    record's steps, ``specrej.records.step_profile.modelled_seconds``, per shard as work_s is; NaN
+    without a calibration or a step profile), threads (torch's CPU
     threads of the run; NaN likewise), generate_s, score_s, tokens_generated, tokens_scored, peak_kv_bytes, flops (the record's
     total FLOPs, ``record_flops``; NaN when not counted), num_rounds, perplexity (of the best
     response; NaN when its token_logprobs were not recorded), num_candidates (candidates the
@@ -75,7 +80,7 @@ def best_responses_frame(records: Iterable[dict]) -> pd.DataFrame:
     (``analysis.settings.setting_params``).
     Records that failed or have no best response are left out; ``failed_prompts`` lists them.
     """
-    rows = [_best_response_row(record) for record in records if _answered(record)]
+    rows = [_best_response_row(record, calibration) for record in records if _answered(record)]
     return with_display(pd.DataFrame(rows, columns=RUNS_COLUMNS))
 
 
@@ -117,7 +122,7 @@ def record_setting(record: dict) -> dict:
     """The record's setting, ``params["setting"]``: ``{"method": NAME, "params": {...}, "label":
     str, "display": {...}}`` with the method's ``params["display"]`` ({} when the record has none:
     ``analysis.settings``).
-    A record merged from shards (``specrej.records.io.merge_shards``) holds the total N there."""
+    A record merged from shards (``specrej.records.shards.merge_shards``) holds the total N there."""
     params = record.get("params") or {}
     setting = params.get("setting")
     if not isinstance(setting, Mapping) or "method" not in setting:
@@ -170,7 +175,16 @@ def _answered(record: dict) -> bool:
     return "error" not in record and record.get("best") is not None
 
 
-def _best_response_row(record: dict) -> dict:
+def modelled_compute(record: dict, calibration: Mapping | None) -> float:
+    """Seconds of the record's steps on `calibration`, per shard (a merged Best-of-N record's
+    total over its shards, divided by them, as ``timing.compute_s`` is); NaN without either."""
+    steps = record.get("steps")
+    if calibration is None or steps is None:
+        return math.nan
+    return modelled_seconds(steps, calibration)["total"] / (record.get("params") or {}).get("shards", 1)
+
+
+def _best_response_row(record: dict, calibration: Mapping | None = None) -> dict:
     params, timing, tokens = record["params"], record.get("timing", {}), record.get("tokens", {})
     rounds = record.get("rounds") or []
     method, n, setting, label = record_configuration(record)
@@ -194,6 +208,8 @@ def _best_response_row(record: dict) -> dict:
         "num_tokens": record["best"]["num_tokens"],
         "time_s": timing.get("total_s", math.nan),
         "work_s": timing.get("compute_s", math.nan),
+        "cpu_s": timing.get("compute_s", math.nan),
+        "modelled_s": modelled_compute(record, calibration),
         "threads": timing["threads"] if isinstance(timing.get("threads"), int) else math.nan,  # shards that differ: a list
         "generate_s": timing.get("generate_s", math.nan),
         "score_s": timing.get("score_s", math.nan),

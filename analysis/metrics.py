@@ -18,6 +18,8 @@ Most functions take a *runs* frame (``analysis.io.best_responses_frame``), one r
     worst_score  lowest final reward among the configuration's complete candidates for this
                  prompt; needed for Bo-N_min's rows by eq. 8 (``analysis.io`` fills it)
     time_s       wall-clock seconds spent on this prompt
+    cpu_s        optional: the measured CPU (device) seconds of the prompt's work (``timing.compute_s``),
+                 a check beside ``work_s`` where that is modelled from the steps
     work_s       optional: the compute of this prompt's work, which does not depend on the
                  machine's other work (the process's CPU seconds on a CPU, device seconds on
                  CUDA: the record's ``timing.compute_s``); eq. 7 counts it. Absent, or NaN for
@@ -67,7 +69,8 @@ Normalization = Literal["bon_min_range", "bon_range"]
 NORMALIZATIONS = ("bon_min_range", "bon_range")
 # Statistics that get a bootstrap interval in ``method_summary`` (perplexity when present).
 INTERVAL_STATISTICS = ("improvement", "relative_compute", "speedup_vs_largest_bon", "relative_wall",
-                       "wall_speedup_vs_largest_bon", "relative_flops", "flops_speedup_vs_largest_bon", "perplexity")
+                       "wall_speedup_vs_largest_bon", "relative_cpu", "relative_flops", "flops_speedup_vs_largest_bon",
+                       "perplexity")
 
 
 def perplexity(token_logprobs: Sequence[float]) -> float:
@@ -124,13 +127,14 @@ def method_summary(
     prompts of shards × work_s, the measured compute: see the module's ``work_s``), relative_compute
     (compute_s / compute_s of Bo-N_min: eq. 7), speedup_vs_largest_bon (compute_s of the largest
     BoN / compute_s), wall_s, relative_wall and wall_speedup_vs_largest_bon (the same in
-    wall-clock seconds, shards × time_s), compute_flops (sum over
+    wall-clock seconds, shards × time_s), cpu_s and relative_cpu (the same in the measured CPU or
+    device seconds, shards × ``cpu_s``, where eq. 7's ``work_s`` is modelled; NaN without the column), compute_flops (sum over
     prompts of ``flops``), relative_flops (compute_flops / compute_flops of Bo-N_min: eq. 7 in
     FLOPs), flops_speedup_vs_largest_bon (compute_flops of the largest BoN / compute_flops) —
     the FLOP columns NaN unless every prompt of both configurations has a count —,
     perplexity (mean over prompts) when ``runs`` has that column, then <statistic>_lo and
     <statistic>_hi for each of improvement, relative_compute, speedup_vs_largest_bon,
-    relative_wall, wall_speedup_vs_largest_bon, relative_flops, flops_speedup_vs_largest_bon and perplexity (``confidence_level`` paired
+    relative_wall, wall_speedup_vs_largest_bon, relative_cpu, relative_flops, flops_speedup_vs_largest_bon and perplexity (``confidence_level`` paired
     bootstrap interval over ``n_resamples`` prompt resamples drawn with ``seed``; NaN when
     ``n_resamples`` is 0), and the bootstrap's confidence_level and bootstrap_resamples.
     Rows: Best-of-N by N, then the other methods by name, each method's settings in the
@@ -163,7 +167,8 @@ def bootstrap_draws(
         weights = bootstrap_weights(_n_common_prompts(group), n_resamples, seed)
         configs, values = _group_statistics(group, normalization, weights)
         statistics = ["improvement", "relative_compute", "speedup_vs_largest_bon", "relative_wall",
-                      "wall_speedup_vs_largest_bon", "relative_flops", "flops_speedup_vs_largest_bon", "perplexity"]
+                      "wall_speedup_vs_largest_bon", "relative_cpu", "relative_flops", "flops_speedup_vs_largest_bon",
+                      "perplexity"]
         return configs.loc[configs.index.repeat(n_resamples)].reset_index(drop=True).assign(
             resample=np.tile(np.arange(n_resamples), len(configs)),
             **{name: values[name].ravel() for name in statistics if name in values},
@@ -238,7 +243,7 @@ def _summarize_group(
     ).astype({"n_prompts_improvement": int})
     order = [*CONFIGURATION_COLUMNS, "n_prompts", "mean_score", "improvement", "n_prompts_improvement",
              "zero_spread_prompts", "compute_s", "relative_compute", "speedup_vs_largest_bon", "wall_s",
-             "relative_wall", "wall_speedup_vs_largest_bon", "compute_flops",
+             "relative_wall", "wall_speedup_vs_largest_bon", "cpu_s", "relative_cpu", "compute_flops",
              "relative_flops", "flops_speedup_vs_largest_bon"]
     summary = summary[order + (["perplexity"] if "perplexity" in point else [])]
     for name in INTERVAL_STATISTICS:
@@ -277,6 +282,7 @@ def _group_statistics(
         improvement=per_prompt_improvement(runs, normalization),
         compute_s=runs["work_s"] * runs.get("shards", 1),
         wall_s=runs["time_s"] * runs.get("shards", 1),
+        cpu_s=(runs["cpu_s"] if "cpu_s" in runs.columns else math.nan) * runs.get("shards", 1),
         compute_flops=runs["flops"] if "flops" in runs.columns else math.nan,
         config=[position[key] for key in runs[CONFIG_COLUMNS].itertuples(index=False, name=None)],
     )
@@ -290,7 +296,7 @@ def _group_statistics(
     smallest, largest = bon[0], bon[-1]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         compute, flops = per_prompt("compute_s") @ weights, per_prompt("compute_flops") @ weights
-        wall = per_prompt("wall_s") @ weights
+        wall, cpu = per_prompt("wall_s") @ weights, per_prompt("cpu_s") @ weights
         values = {
             "mean_score": _weighted_mean(per_prompt("score"), weights)[0],
             "improvement": improvement,
@@ -301,6 +307,8 @@ def _group_statistics(
             "wall_s": wall,
             "relative_wall": wall / wall[smallest],
             "wall_speedup_vs_largest_bon": wall[largest] / wall,
+            "cpu_s": cpu,
+            "relative_cpu": cpu / cpu[smallest],
             "compute_flops": flops,
             "relative_flops": flops / flops[smallest],
             "flops_speedup_vs_largest_bon": flops[largest] / flops,

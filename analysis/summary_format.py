@@ -1,7 +1,8 @@
 """How the headline page (``analysis.summary_page``) writes its numbers and cells: scores,
 percentages, counts, an estimate with its bootstrap interval (a censored limit reads ≥ or ≤),
-where a setting lands against the Best-of-N curve in words, and tables and bullet lists of plain
-text. Formatting only: a value that is not finite reads as ``analysis.tables.MISSING``.
+where a setting lands against the Best-of-N curve in words, the compute measure in words
+(``compute_words``), and tables and bullet lists of plain text. Formatting only: a value that is
+not finite reads as ``analysis.tables.MISSING``.
 """
 
 import math
@@ -60,6 +61,50 @@ def with_ci(row: pd.Series, column: str, formatter, unit: str = "") -> str:
     at_most = "≤ " if censored and row.get(f"{bounds}_lo_is_bound", False) else ""
     at_least = "≥ " if censored and row.get(f"{bounds}_hi_is_bound", False) else ""
     return f"{formatter(value)}{unit} [{at_most}{formatter(low)}, {at_least}{formatter(high)}]"
+
+
+def point_or_ci(row: pd.Series, column: str, formatter, unit: str = "") -> str:
+    """``with_ci``, but a value whose interval is only itself (Bo-N_min's relative compute, 1 in
+    every resample) reads without brackets."""
+    value, low, high = row[column], row.get(column + "_lo", math.nan), row.get(column + "_hi", math.nan)
+    if np.isfinite(value) and np.isfinite(low) and np.isfinite(high) and low == high == value:
+        return formatter(value) + unit
+    return with_ci(row, column, formatter, unit)
+
+
+# The compute measure of the headline's compute column (``relative_compute``, eq. 7) in words: a
+# short name for sentences and cells, and its definition for the notes. The measure is named by
+# the caller or by the frame (``compute_measure_of``); one without an entry here is named as given.
+COMPUTE_MEASURES = {
+    "work": ("CPU seconds of the work",
+             "CPU seconds of the work (device seconds on CUDA: the records' timing.compute_s, which other jobs on "
+             "the machine do not move; wall-clock seconds for records without it)"),
+    "modelled": ("modelled seconds", "seconds modelled from each record's recorded steps, costed on the "
+                 "machine's calibration (specrej calibrate)"),
+    "wall": ("wall-clock seconds", "wall-clock seconds of the runs (the records' timing.total_s)"),
+    "flops": ("FLOPs", "FLOPs counted from the models' shapes (every prefill, generated and scored token)"),
+}
+DEFAULT_COMPUTE_MEASURE = "work"  # what analysis.metrics' relative_compute measures
+COMPUTE_MEASURE_COLUMN = "compute_measure"
+
+
+def compute_measure_of(frame: pd.DataFrame, measure: str | None = None) -> str:
+    """The compute measure of ``frame``'s compute columns: ``measure`` when the caller names one,
+    else the frame's ``compute_measure`` column (its first value), else what ``relative_compute``
+    measures today (``DEFAULT_COMPUTE_MEASURE``)."""
+    if measure:
+        return str(measure)
+    if COMPUTE_MEASURE_COLUMN in frame.columns:
+        named = [value for value in frame[COMPUTE_MEASURE_COLUMN] if isinstance(value, str) and value]
+        if named:
+            return named[0]
+    return DEFAULT_COMPUTE_MEASURE
+
+
+def compute_words(measure: str) -> tuple[str, str]:
+    """(short name, definition) of a compute measure (``COMPUTE_MEASURES``); a measure without
+    an entry reads as its own name."""
+    return COMPUTE_MEASURES.get(measure, (f"{measure} compute", f"the {measure!r} compute measure"))
 
 
 def joined(labels: pd.Series) -> Text:

@@ -1,24 +1,36 @@
-"""The headline page: ``analysis.headline``'s tables as a page of blocks (``analysis.page``):
-per pair the table of every setting of every method, a statement of each method's best setting
-(the paper's SR first, then the others by strength: ``method_order``), the tokens saved, adaptive
-SR against fixed α, the accuracy on reference answers (``analysis.accuracy_page``), and the notes
-a reader needs.  Built once by ``headline_page``, written as Markdown (``results/summary.md``) and
-as reStructuredText on the report's front page (``analysis.report_page``).  Formatting only:
-every number comes from the inputs."""
+"""The headline page: ``analysis.headline``'s tables as a page of blocks (``analysis.page``), one
+page a newcomer reads in a minute. First the headline sentence (per pair, the best setting of the
+paper's SR against Best-of-N: its speedup at equal score with its interval), then per pair one
+table of every setting (the Best-of-N ladder first, then each method's settings: score, compute,
+FLOPs, speedup at equal score), one small table of the tokens saved beside the oracle's, the
+adaptive-SR and accuracy sections where the study has them, and the notes, written once for all
+settings.  Built once by ``headline_page``, written as Markdown (``results/summary.md``) and as
+reStructuredText on the report's front page (``analysis.report_page``).
+
+Every detail the page leaves out (each setting's BoN-equivalent compute and ≈ Bo-N, the share of
+resamples inside the curve, the FLOPs speedup, each method's best setting in words, each method's
+first decision token, b_init and min_tokens, and the notes of each setting) is on the detail page,
+``details_page`` (``results/tables/headline.md``), and its numbers in ``results/metrics/headline.csv``.
+Formatting only: every number comes from the inputs; the methods are named by the frames'
+columns (``method_label``, ``method_name``, the reference's rows), never here."""
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from analysis.accuracy_page import accuracy_section
+from analysis.adaptive_page import adaptive_section
 from analysis.adaptive_study import ADAPTIVE, FIXED_ALPHA
 from analysis.headline import PAIR
-from analysis.page import Block, Bullets, Code, Heading, Paragraph, Strong, Table, Text, text, to_markdown
-from analysis.summary_format import (bullets, display_name, joined, maybe, percent, score_text, signed, table,
-                                     where_on_curve, whole, with_ci)
-from analysis.settings import reference_label
+from analysis.page import Block, Bullets, Heading, Paragraph, Strong, Table, Text, text, to_markdown
+from analysis.summary_format import (bullets, compute_measure_of, compute_words, display_name, percent, point_or_ci,
+                                     score_text, table, where_on_curve, whole, with_ci)
+from analysis.settings import reference_label, with_display
 from analysis.tables import MISSING, NO_RESPONSE, format_ratio
+
+SCORE_EQ8 = "eq. 8"
 
 
 def render_headline_markdown(headline: pd.DataFrame, *args, **kwargs) -> str:
@@ -38,51 +50,77 @@ def headline_page(
     unanswered: pd.DataFrame | None = None,
     accuracy: pd.DataFrame | None = None,
     accuracy_ladder: pd.DataFrame | None = None,
+    summary: pd.DataFrame | None = None,
+    compute: str | None = None,
+    details: str | Sequence[str] | None = None,
+    compute_note: str | None = None,
 ) -> list[Block]:
-    """The headline page: per pair the table of every setting, then one statement per method
-    (its best setting and the speedup at equal score, or where it lands outside the Best-of-N
-    curve), the methods in ``method_order``, the token savings, and the notes a reader needs (prompts used, zero-spread prompts,
-    out-of-range points, the equal-N assumption); then the intervals' confidence level and
-    resamples.
+    """The headline page, in this order:
 
-    With runs of the adaptive study's method (``analysis.adaptive_study.ADAPTIVE``), a pair also gets an "Adaptive rejection"
-    section from ``adaptive`` (``analysis.adaptive_study.against_fixed_alpha`` with a ``pair``
-    column), ``survival`` (``survival_at_equal_tokens`` with ``pair``) and ``fits``
-    (``fits_table`` with ``pair``).
+    1. the headline sentence, per pair (a paragraph for one pair, a bullet each for several):
+       the best setting of the first method of ``method_order`` (the paper's SR where the pair
+       has it), its speedup at equal score against Best-of-N with its interval, its score and
+       compute; or where it lands outside the Best-of-N curve;
+    2. per pair (under a heading of its own only with several pairs) one table of every setting:
+       the reference's ladder (the reference rows of ``summary``, ``analysis.metrics.method_summary``
+       output, when given), then each method's settings in ``method_order`` (its best in bold),
+       then the settings in ``unanswered`` (``analysis.tables.unanswered_runs``) that completed no
+       response; columns score, compute and FLOPs (× Bo-N_min; FLOPs only with counts) and the
+       speedup at equal score, each with its interval where the data has one;
+    3. per pair, the tokens saved (``savings``, ``analysis.headline.token_savings``) as one small
+       table, a row per setting: its first decision token, the share of Best-of-b_init's tokens it
+       saved, and the oracle's share at that token;
+    4. adaptive SR against fixed α (``adaptive``, ``survival``, ``fits``: see ``_adaptive_section``)
+       and the accuracy on reference answers (``accuracy``, ``accuracy_ladder``:
+       ``analysis.accuracy_page.accuracy_section``) where the study has them;
+    5. the notes, once for every setting: the score, the compute measure and the speedup (with
+       what "above"/"below" the curve means), the intervals, the tokens, the settings that
+       completed no response, and where the rest is (``details``: the paths of the detail page
+       and the numbers as the reader finds them from this page, e.g. "tables/headline.md").
 
-    ``unanswered`` (``analysis.tables.unanswered_runs``: pair, method_label, error): the method
-    settings that completed no response on any prompt; each gets a row of the pair's table and
-    a sentence that say so, last.
-
-    ``accuracy`` and ``accuracy_ladder`` (``analysis.accuracy``, with a ``pair`` column): for problems
-    with reference answers, an "Accuracy" section before the notes (``accuracy_section``)."""
-    intro = ("Per generator / reward pair and per method: its best setting — the largest speedup at equal "
-             "score among the method's settings whose score lies inside the measured Best-of-N curve — then "
-             "every setting, then the tokens each saves.")
-    blocks: list[Block] = [Heading(1, text(title)), Paragraph(text(intro))]
-    score_name = "eq. 8" if normalization == "bon_min_range" else "improvement, Best-of-N-range normalisation"
-    for pair, rows in headline.groupby(PAIR, sort=False):
-        order = method_order(rows)
-        rows = pd.concat([rows[rows["method"] == method] for method in order], ignore_index=True)
-        silent = _of_pair(unanswered, pair)
-        blocks += [Heading(2, text(str(pair))), _settings_table(rows, silent)]
-        for _, mine in rows.groupby("method", sort=False):
-            blocks.append(Paragraph(_statement(mine.reset_index(drop=True), score_name)))
-        for row in silent.itertuples():
-            blocks.append(Paragraph(text(Strong(str(row.method_label)), f" completed no response on any prompt "
-                                         f"({row.error}): it has no score, and it leaves out no prompt of the "
-                                         "other methods.")))
-        if savings is not None and not savings.empty and pair in set(savings[PAIR]):
-            mine = savings[savings[PAIR] == pair]
-            for method in [m for m in order if m in set(mine["method"])]:
-                blocks.append(Paragraph(_token_line(mine[mine["method"] == method].reset_index(drop=True))))
-        blocks.append(bullets(_pair_notes(rows, score_name)))
+    ``compute`` names the measure of the compute column (``summary_format.COMPUTE_MEASURES``:
+    work, wall, flops, or any other name, read as given); without it the frame's
+    ``compute_measure`` column names it, else "work" (``analysis.metrics``' relative_compute);
+    ``compute_note`` (its calibration, the measured / modelled check) ends the compute note."""
+    measure = compute_measure_of(headline, compute)
+    score_name = SCORE_EQ8 if normalization == "bon_min_range" else "improvement, Best-of-N-range normalisation"
+    pairs = [(pair, _ordered(rows)) for pair, rows in headline.groupby(PAIR, sort=False)]
+    single = len(pairs) == 1
+    blocks: list[Block] = [Heading(1, text(title))]
+    sentences = [_headline_sentence(rows, str(pair), measure) for pair, rows in pairs]
+    if sentences:
+        blocks.append(Paragraph(sentences[0]) if single else Bullets(tuple(sentences)))
+    # each pair's facts (its prompts, where its token shares come from, its settings without a
+    # response): in the notes once where every pair has the same, else under the pair's tables
+    facts = {pair: {"prompts": _prompts_clause(rows, score_name), "tokens": _tokens_clause(_of_pair(savings, pair)),
+                    "silent": _silent_clause(_of_pair(unanswered, pair))} for pair, rows in pairs}
+    shared = {kind: values[0] for kind in ("prompts", "tokens", "silent")
+              if len(set(values := [mine[kind] for mine in facts.values()])) == 1
+              and (kind != "silent" or single or not values[0])}
+    sections = False
+    for pair, rows in pairs:
+        silent, tokens = _of_pair(unanswered, pair), _of_pair(savings, pair)
+        if not single:
+            blocks.append(Heading(2, text(str(pair))))
+        blocks.append(_settings_table(rows, _reference_of(summary, pair), silent))
+        if not tokens.empty:
+            blocks.append(_tokens_table(tokens, list(dict.fromkeys(rows["method"]))))
+        own = [_sentence("Prompts", facts[pair]["prompts"]) if "prompts" not in shared else "",
+               _sentence("Tokens", facts[pair]["tokens"]) if "tokens" not in shared else "",
+               facts[pair]["silent"] if "silent" not in shared else ""]
+        if any(own):
+            blocks.append(bullets([note for note in own if note]))
         if (rows["method"] == ADAPTIVE).any():
-            blocks += _adaptive_section(rows, *(_of_pair(frame, pair) for frame in (adaptive, survival, fits)))
+            blocks += adaptive_section(rows, *(_of_pair(frame, pair) for frame in (adaptive, survival, fits)))
+            sections = True
     if accuracy is not None and not accuracy.empty:
         blocks += accuracy_section(accuracy, accuracy_ladder)
-    blocks += [Heading(2, text("Notes")),
-               bullets(_global_notes(headline, savings, normalization, correlation_resamples))]
+        sections = True
+    notes = _footnotes(headline, savings, normalization, correlation_resamples, measure, details, shared)
+    notes[1] += f" {compute_note}" if compute_note else ""
+    if not single or sections:
+        blocks.append(Heading(2, text("Notes")))
+    blocks.append(bullets(notes))
     return blocks
 
 
@@ -104,56 +142,254 @@ def method_order(rows: pd.DataFrame) -> list[str]:
     return sorted(dict.fromkeys(rows["method"]), key=strength)
 
 
+def _ordered(rows: pd.DataFrame) -> pd.DataFrame:
+    """One pair's headline rows, the methods in ``method_order`` (each method's settings in the
+    headline's order)."""
+    return pd.concat([rows[rows["method"] == method] for method in method_order(rows)], ignore_index=True)
+
+
 # --------------------------------------------------------------------------------------
-# render_headline_markdown
+# the headline page (headline_page)
 # --------------------------------------------------------------------------------------
 
 
-def _statement(rows: pd.DataFrame, score_name: str) -> Text:
-    """One method's paragraph: its best setting against Best-of-N."""
-    bon_min, bon_max = reference_label(rows['bon_min_n'].iloc[0]), reference_label(rows['bon_max_n'].iloc[0])
-    name = display_name(rows.iloc[0])
-    bests = rows[rows["best"]]
+def _headline_sentence(rows: pd.DataFrame, pair: str, measure: str) -> Text:
+    """The headline: the best setting of the pair's first method (``method_order``) against
+    Best-of-N — its speedup at equal score with its interval, its score and compute."""
+    mine = rows[rows["method"] == rows["method"].iloc[0]]
+    name = display_name(mine.iloc[0])
+    bon_min, bon_max = reference_label(mine["bon_min_n"].iloc[0]), reference_label(mine["bon_max_n"].iloc[0])
+    bests = mine[mine["best"]]
     if bests.empty:
-        return text(f"No setting of {name} has a finite score on this pair: nothing to compare.")
+        return text(f"No setting of {name} has a finite score on {pair}: nothing to compare with Best-of-N.")
     best = bests.iloc[0]
-    score = text(Strong(str(best["method_label"])), f" scores {with_ci(best, 'improvement', score_text)} "
-                 f"({score_name}; {bon_min} = {score_text(best['bon_min_improvement'])}) at "
-                 f"{with_ci(best, 'relative_compute', format_ratio, '×')} {bon_min}'s compute{_beside(best, 'relative_flops', 'its FLOPs')}")
+    label, words = Strong(str(best["method_label"])), compute_words(measure)[0]
+    at = (f"{with_ci(best, 'improvement', score_text)} at {with_ci(best, 'relative_compute', format_ratio, '×')} "
+          f"{bon_min}'s compute")
     if best["in_range"]:
-        speedup = best["compute_speedup"]
-        saving = (f"{with_ci(best, 'compute_speedup', format_ratio, '×')} less compute at equal score"
-                  if speedup >= 1 else
-                  f"a speedup of only {with_ci(best, 'compute_speedup', format_ratio, '×')} at equal score: "
-                  "Best-of-N reaches this score with less compute")
-        equivalent_n = reference_label(with_ci(best, "equivalent_n", whole))
-        statement = text(score, f"; Best-of-N needs ≈ {with_ci(best, 'bon_equivalent_compute', format_ratio, '×')} "
-                                f"{bon_min}'s compute to match it (≈ {equivalent_n}): {saving}"
-                                f"{_beside(best, 'flops_speedup', 'in FLOPs')}.")
-        if np.isfinite(best["bon_equivalent_in_range_frac"]):
-            statement = text(statement, f" It lands inside the Best-of-N curve in "
-                                        f"{percent(best['bon_equivalent_in_range_frac'])} of the bootstrap resamples.")
-        higher = rows[~rows["in_range"] & (rows["improvement"] > best["improvement"])]
-        if not higher.empty:
-            statement = text(statement, " ", joined(higher["method_label"]),
-                             f" {'scores' if len(higher) == 1 else 'score'} higher but outside the measured Best-of-N "
-                             "range, so no speedup at equal score is measured for "
-                             f"{'it' if len(higher) == 1 else 'them'} (see the table and notes).")
-        return statement
-    opening = text(f"No setting of {name} lands inside the measured Best-of-N curve ({bon_min} = "
-                   f"{score_text(best['bon_min_improvement'])} to {bon_max} = "
-                   f"{score_text(best['bon_max_improvement'])}). Its "
-                   "highest-scoring: ", score, f", {where_on_curve(best, bon_min, bon_max)}")
-    if best["bon_equivalent_status"] == "below_range":
-        return text(opening, ".")
-    return text(opening, f", so no measured Best-of-N matches it. {_extrapolation(best)}")
+        speedup = with_ci(best, "compute_speedup", format_ratio, "×")
+        needs = (f"where Best-of-N needs ≈ {with_ci(best, 'bon_equivalent_compute', format_ratio, '×')} "
+                 f"(≈ {reference_label(whole(best['equivalent_n']))})")
+        flops = (f"; {with_ci(best, 'flops_speedup', format_ratio, '×')} in FLOPs"
+                 if np.isfinite(best.get("flops_speedup", math.nan)) else "")
+        if best["compute_speedup"] >= 1:
+            return text(label, f", the best setting of {name} on {pair}, matches Best-of-N's score with ",
+                        Strong(f"{speedup} less compute"), f" (the speedup at equal score, in {words}{flops}): it "
+                        f"scores {at}, {needs}.")
+        return text(label, f", the best setting of {name} on {pair}, has a speedup at equal score of only ",
+                    Strong(speedup), f" (in {words}{flops}): Best-of-N reaches its score with less compute. It "
+                    f"scores {at}, {needs}.")
+    low, high = score_text(best["bon_min_improvement"]), score_text(best["bon_max_improvement"])
+    opening = text(f"No setting of {name} lands inside the measured Best-of-N curve on {pair} ({bon_min} = {low} "
+                   f"to {bon_max} = {high}): its highest-scoring, ", label,
+                   f", scores {at}, {where_on_curve(best, bon_min, bon_max)}")
+    extrapolated = best["compute_speedup_extrapolated"]
+    if best["bon_equivalent_status"] == "above_range" and np.isfinite(extrapolated):
+        return text(opening, f"; extending the curve's last segment (extrapolated, not measured) gives a speedup "
+                             f"of ≈ {format_ratio(extrapolated)}× ({words}).")
+    return text(opening, ".")
 
 
-def _beside(row: pd.Series, column: str, words: str) -> str:
-    """" (0.8× [0.7, 0.9] <words>)" from a FLOP ratio beside its compute ratio (FLOPs are any
-    machine's, compute this machine's); "" without FLOP counts."""
-    finite = np.isfinite(row.get(column, math.nan))
-    return f" ({with_ci(row, column, format_ratio, '×')} {words})" if finite else ""
+def _reference_of(summary: pd.DataFrame | None, pair: str) -> pd.DataFrame:
+    """The reference's rows of ``summary`` on ``pair`` (its Best-of-N ladder), by N."""
+    mine = _of_pair(summary, pair)
+    if mine.empty:
+        return mine
+    mine = with_display(mine)
+    return mine[mine["reference"]].sort_values("n").reset_index(drop=True)
+
+
+def _settings_table(rows: pd.DataFrame, reference: pd.DataFrame, silent: pd.DataFrame) -> Table:
+    """One pair's table: the reference's ladder, then every setting (its method's best in bold),
+    then the settings that completed no response."""
+    bon_min, bon_max = reference_label(rows["bon_min_n"].iloc[0]), reference_label(rows["bon_max_n"].iloc[0])
+    beside = {column: f"{name} (× {bon_min})" for column, name in (("relative_cpu", "measured CPU s"),
+                                                                    ("relative_flops", "FLOPs"))
+              if any(column in frame.columns and np.isfinite(frame[column].astype(float)).any() and not
+                     np.allclose(frame[column].astype(float), frame["relative_compute"].astype(float), equal_nan=True)
+                     for frame in (rows, reference))}  # the measured seconds only where eq. 7 counts others
+
+    def cells(label, row: pd.Series, speedup: str) -> dict:
+        return {"Setting": label, "score": point_or_ci(row, "improvement", score_text),
+                f"compute (× {bon_min})": point_or_ci(row, "relative_compute", format_ratio),
+                **{name: point_or_ci(row, column, format_ratio) if column in row.index else MISSING
+                   for column, name in beside.items()}, "speedup at equal score": speedup}
+
+    table_rows = [cells(str(row["method_label"]), row, "reference") for _, row in reference.iterrows()]
+    for _, row in rows.iterrows():
+        label = text(Strong(str(row["method_label"])), " (best)") if row["best"] else str(row["method_label"])
+        table_rows.append(cells(label, row, _speedup_cell(row, bon_min, bon_max)))
+    for label in ([] if silent.empty else silent["method_label"]):
+        table_rows.append({column: MISSING for column in table_rows[0]} | {"Setting": str(label), "score": NO_RESPONSE})
+    return table("Setting", table_rows)
+
+
+def _speedup_cell(row: pd.Series, bon_min: str, bon_max: str) -> str:
+    """The speedup at equal score with its interval; outside the curve, where the setting lands
+    (above it with the extrapolated speedup, marked so)."""
+    if row["in_range"]:
+        return with_ci(row, "compute_speedup", format_ratio)
+    status = row["bon_equivalent_status"]
+    if status == "above_range":
+        extrapolated = row["compute_speedup_extrapolated"]
+        return f"above {bon_max}" + (f": ≈ {format_ratio(extrapolated)} (extrapolated)" if np.isfinite(extrapolated)
+                                     else "")
+    if status == "below_range":
+        return f"below {bon_min}"
+    return MISSING
+
+
+def _tokens_table(savings: pd.DataFrame, order: list[str]) -> Table:
+    """One pair's tokens: per setting its first decision token, the share of Best-of-b_init's
+    tokens it saved, and the oracle's share at that token."""
+    rows = []
+    for method in [*order, *(m for m in dict.fromkeys(savings["method"]) if m not in order)]:
+        for _, row in savings[savings["method"] == method].iterrows():
+            token = row["first_decision_token"]
+            low, high = row["first_decision_token_min"], row["first_decision_token_max"]
+            first = MISSING
+            if np.isfinite(token):
+                first = whole(token) + (f" ({whole(low)}–{whole(high)})" if low != high else "")
+                first += " (min_tokens)" if row["decision_token_source"] == "min_tokens" else ""
+            saved = with_ci(row, "tokens_saved_frac", percent)
+            if saved != MISSING and np.isfinite(row["init_batch_size"]):
+                saved += f" of {reference_label(whole(row['init_batch_size']))}"
+            oracle = with_ci(row, "oracle_tokens_saved_frac", percent)
+            if oracle != MISSING and not row["oracle_tau_exact"]:
+                oracle += f" (τ = {whole(row['oracle_tau'])})"
+            rows.append({"Setting": str(row["method_label"]), "first cut at token": first, "tokens saved": saved,
+                         "oracle at that token": oracle})
+    return table("Setting", rows)
+
+
+def _sentence(name: str, clause: str) -> str:
+    return f"{name}: {clause}." if clause else ""
+
+
+def _prompts_clause(rows: pd.DataFrame, score_name: str) -> str:
+    """The prompts behind one pair's scores: "eq. 8 on 19 of the 20 prompts ...", "" without counts."""
+    first = rows.iloc[0]
+    if "n_prompts" not in rows.columns or not np.isfinite(float(first["n_prompts"])):
+        return ""
+    answered = int(first["n_prompts"])
+    defined = first.get("n_prompts_improvement", math.nan)
+    clause = (f"{score_name} on {int(defined)} of the {answered} prompts answered by every configuration"
+              if np.isfinite(float(defined)) and int(defined) != answered
+              else f"the {answered} prompts answered by every configuration")
+    zero = first.get("zero_spread_prompts", "")
+    if isinstance(zero, str) and zero:
+        clause += (f"; left out as zero-spread ({reference_label(first['bon_min_n'])}'s rewards all equal): "
+                   f"{zero.replace(',', ', ')}")
+    return clause
+
+
+def _tokens_clause(savings: pd.DataFrame) -> str:
+    """Where one pair's token shares come from: the response length's Best-of-N, the prompts, the
+    oracle's prompts (or why there is no oracle)."""
+    if savings.empty:
+        return ""
+    lengths = ", ".join(reference_label(whole(n)) for n in dict.fromkeys(savings["reference_bon_n"]) if np.isfinite(n))
+    clause = (f"mean response length from {lengths or 'the largest Best-of-N'}'s candidates, "
+              f"{_counts(savings['n_prompts'])} prompts")
+    if not any(savings["correlation_taus"].astype(str).str.len() > 0):
+        return clause + "; no correlation study covers this pair, so there is no oracle"
+    oracle = savings["oracle_n_prompts"].astype(float)
+    clause += f"; the oracle on the correlation study's {_counts(oracle[np.isfinite(oracle)])} prompts"
+    if not savings.loc[np.isfinite(savings["oracle_tau"].astype(float)), "oracle_tau_exact"].all():
+        clause += (f" (it scored τ = {savings['correlation_taus'].iloc[0]} only: a first cut at another token "
+                   "reads the nearest, named in the cell)")
+    return clause
+
+
+def _counts(values: pd.Series) -> str:
+    """"24", or "22–24" where the counts differ."""
+    values = [int(value) for value in values if np.isfinite(float(value))]
+    if not values:
+        return MISSING
+    return str(values[0]) if min(values) == max(values) else f"{min(values)}–{max(values)}"
+
+
+def _silent_clause(silent: pd.DataFrame) -> str:
+    """The settings that completed no response, in one sentence."""
+    if silent.empty:
+        return ""
+    named = "; ".join(f"{row.method_label} ({row.error})" for row in silent.itertuples())
+    one = len(silent) == 1
+    return (f"No response on any prompt: {named}. {'It has' if one else 'They have'} no score and "
+            f"{'leaves' if one else 'leave'} out no prompt of the other methods.")
+
+
+def _footnotes(headline: pd.DataFrame, savings: pd.DataFrame | None, normalization: str,
+               correlation_resamples: int | None, measure: str, details: str | Sequence[str] | None,
+               facts: dict[str, str] | None) -> list[str]:
+    """The page's notes, once for every setting; ``facts``: the prompts, the tokens' sources and the
+    settings without a response that every pair shares, folded in."""
+    facts = facts or {}
+    notes = []
+    prompts = f" ({facts['prompts']})" if facts.get("prompts") else ""
+    if normalization == "bon_min_range":
+        notes.append("Score: the paper's eq. 8 improvement, per prompt 100 · (1 − (max Z − s) / (max Z − min Z)) with "
+                     "Z the rewards of Bo-N_min's candidates (so Bo-N_min scores 100), averaged over the prompts"
+                     f"{prompts}.")
+    else:
+        notes.append(f"Score: improvement under the {normalization!r} normalisation (not the paper's eq. 8), averaged "
+                     f"over the prompts{prompts}.")
+    flops = "relative_flops" in headline.columns and np.isfinite(headline["relative_flops"].astype(float)).any()
+    compute = (f"Compute: {compute_words(measure)[1]}, summed over shards and prompts, relative to Bo-N_min (eq. 7)"
+               + ("; FLOPs: the records' FLOP counts from the models' shapes, relative to Bo-N_min's (\"--\" without a "
+                  "count)" if flops else "") + ". ")
+    speedup = ("Speedup at equal score: the Best-of-N compute that reaches the setting's score (interpolated in log "
+               "compute between the measured Best-of-N points) over the setting's; in bold, each method's best: its "
+               "largest speedup inside the curve, else its highest score.")
+    notes.append(compute + speedup + _outside_note(headline))
+    if ({"confidence_level", "bootstrap_resamples"} <= set(headline.columns) and not headline.empty
+            and int(headline["bootstrap_resamples"].iloc[0]) > 0):
+        level, resamples = headline["confidence_level"].iloc[0], int(headline["bootstrap_resamples"].iloc[0])
+        oracle = (f"; the oracle's, the correlation study's own"
+                  + (f" ({correlation_resamples} resamples)" if correlation_resamples else "")
+                  if savings is not None and not savings.empty else "")
+        notes.append(f"Brackets: {level:.0%} percentile intervals from a prompt-level paired bootstrap ({resamples} "
+                     "resamples, the same for every configuration of a pair; the tokens saved use their own, shared by "
+                     f"a method's settings{oracle}). A limit marked ≥ (≤) is a bound: in some resamples the setting "
+                     "lands beyond the Best-of-N curve, where its Best-of-N equivalent is censored at the curve's end.")
+    if savings is not None and not savings.empty:
+        where = f" ({facts['tokens']})" if facts.get("tokens") else ""
+        stand_in = ("; \"(min_tokens)\": rounds not recorded, the setting's min_tokens stands in"
+                    if (savings["decision_token_source"] == "min_tokens").any() else "")
+        notes.append("Tokens: the first cut is the token of a setting's first rejection (the most common over the "
+                     f"prompts, their range beside it{stand_in}); tokens saved, the share of the tokens "
+                     "Best-of-b_init (b_init: the setting's first batch, named in the cell) would generate running every candidate to "
+                     "completion on the same prompts; the oracle's, the share saved by stopping at that token every "
+                     f"candidate that will not end best, measured on the correlation study's candidates{where}.")
+    if facts.get("silent"):
+        notes.append(facts["silent"])
+    if details:
+        notes.append("Every setting in full — its Best-of-N equivalent (≈ Bo-N), the share of resamples inside the "
+                     "curve, the FLOPs speedup, each method's best in words, b_init and min_tokens: "
+                     f"{', '.join([details] if isinstance(details, str) else details)}.")
+    return notes
+
+
+def _outside_note(headline: pd.DataFrame) -> str:
+    """What the speedup cells of settings outside the Best-of-N curve say, once."""
+    if headline.empty:
+        return ""
+    status = set(headline.loc[~headline["in_range"].astype(bool), "bon_equivalent_status"])
+    labels = {kind: sorted({reference_label(n) for n in headline[f"bon_{kind}_n"]}) for kind in ("min", "max")}
+    low = labels["min"][0] if len(labels["min"]) == 1 else "Bo-N_min"
+    high = labels["max"][0] if len(labels["max"]) == 1 else "Bo-N_max"
+    parts = []
+    if "above_range" in status:
+        parts.append(f"\"above {high}: ≈ x (extrapolated)\": the setting scores above the largest Best-of-N, so no "
+                     "speedup is measured; x extends the curve's last segment, an extrapolation, not a measurement")
+    if "below_range" in status:
+        parts.append(f"\"below {low}\": it scores below the cheapest Best-of-N, so there is none to compare with")
+    return (" " + "; ".join(parts) + ".") if parts else ""
+
+
+# --------------------------------------------------------------------------------------
+# the detail page (details_page), and the adaptive section of the headline page
+# --------------------------------------------------------------------------------------
 
 
 def _of_pair(frame: pd.DataFrame | None, pair: str) -> pd.DataFrame:
@@ -162,238 +398,3 @@ def _of_pair(frame: pd.DataFrame | None, pair: str) -> pd.DataFrame:
     return frame[frame[PAIR] == pair].reset_index(drop=True)
 
 
-def _adaptive_section(rows: pd.DataFrame, against: pd.DataFrame, survival: pd.DataFrame,
-                      fits: pd.DataFrame) -> list[Block]:
-    """Adaptive SR (paper §6) against fixed α: at equal compute on Figure 3, and the best
-    response's survival at equal tokens on the correlation study's responses."""
-    blocks: list[Block] = [
-        Heading(3, text("Adaptive rejection (paper §6)")),
-        Paragraph(text("SR with the adaptive rule (", Code("--rejection adaptive"), "): at each decision a row is "
-                       "halted when even an optimistic projection of its final reward falls below a pessimistic "
-                       "projection of the best row's; δ bounds, per round and under the fitted linear model, the "
-                       "chance of halting the row that would have ended best. Its rows in the table above are "
-                       "located on the same Best-of-N curve with the same resamples."))]
-    items = []
-    best = rows[rows["best"] & (rows["method"] == FIXED_ALPHA)]
-    for _, row in rows[rows["method"] == ADAPTIVE].iterrows():
-        sentence = (f": {with_ci(row, 'improvement', score_text)} at "
-                    f"{with_ci(row, 'relative_compute', format_ratio, '×')} compute; speedup at equal score "
-                    + (with_ci(row, "compute_speedup", format_ratio, "×") if row["in_range"] else
-                       f"not measured ({where_on_curve(row, 'Bo-N_min', 'the largest Best-of-N')})"))
-        if not best.empty:
-            sentence += (f" (best fixed α, {best['method_label'].iloc[0]}: "
-                         f"{with_ci(best.iloc[0], 'improvement', score_text)} at "
-                         f"{with_ci(best.iloc[0], 'relative_compute', format_ratio, '×')}, "
-                         f"{with_ci(best.iloc[0], 'compute_speedup', format_ratio, '×')})")
-        mine = against[against["method_label"] == row["method_label"]] if not against.empty else against
-        if not mine.empty:
-            sentence += ". " + _against_sentence(mine.iloc[0])
-        items.append(text(Strong(str(row["method_label"])), sentence + "."))
-    blocks.append(Bullets(tuple(items)))
-    if not survival.empty:
-        blocks += [Paragraph(text("Does the best response survive the first cuts? On the correlation study's "
-                                  "responses, the adaptive rule at each δ against the fixed α that keeps as many rows "
-                                  "on average (the same tokens after the decision):")), _survival_table(survival)]
-    if not fits.empty:
-        fit_text = "; ".join(f"τ={int(f['tau'])}: slope {f['slope']:.2f}, σ {f['sigma']:.3f}, 2σ/slope "
-                             f"{f['margin_per_z']:.3f}" for _, f in fits.iterrows())
-        fit = (f"Fit (final on partial reward, within prompts; {int(fits['prompts'].max())} held-out prompts, "
-               f"not the study's): {fit_text}.")
-        blocks.append(bullets([fit]))
-    return blocks
-
-
-def _against_sentence(row: pd.Series) -> str:
-    if row["status"] == "inside":
-        interval = (f" [{signed(row['gap_lo'])}, {signed(row['gap_hi'])}], inside the fixed-α range in "
-                    f"{percent(row['in_range_frac'])} of the resamples" if np.isfinite(row["gap_lo"]) else "")
-        side = "above" if row["gap"] > 0 else "below"
-        return (f"At its compute the fixed-α curve scores {score_text(row['fixed_alpha_improvement'])}: adaptive is "
-                f"{side} it by {signed(row['gap'])}{interval}")
-    where = "cheaper than" if row["status"] == "below_range" else "dearer than"
-    text = f"It is {where} every fixed α, so no fixed-α score at equal compute is measured"
-    if row["dominated_by"]:
-        text += f"; dominated by {row['dominated_by']} (at most its compute, higher score)"
-    if row["dominates"]:
-        text += f"; it dominates {row['dominates']} (at least its compute, lower score)"
-    return text
-
-
-def _survival_table(survival: pd.DataFrame) -> Table:
-    cells = []
-    for _, row in survival.iterrows():
-        cells.append({
-            "τ": whole(row["tau"]), "δ": f"{row['delta']:g}",
-            "rows kept (adaptive)": f"{percent(row['adaptive_kept_frac'])} ({percent(row['adaptive_kept_frac_min'])}"
-                                    f"–{percent(row['adaptive_kept_frac_max'])})",
-            "equal α": f"{row['equal_alpha']:.2f}",
-            "best kept: adaptive": with_ci(row, "adaptive_best_survives", percent),
-            "best kept: fixed α": with_ci(row, "fixed_best_survives", percent),
-            "difference (points)": with_ci(row, "survives_difference", lambda v: signed(100 * v)),
-        })
-    return table("τ", cells)
-
-
-def _extrapolation(row: pd.Series) -> str:
-    """The Best-of-N extrapolated above the ladder."""
-    compute = row["bon_equivalent_compute_extrapolated"]
-    if not np.isfinite(compute):
-        return "The Best-of-N curve does not rise at that end, so no extrapolation is given."
-    return (f"Extending the end segment of the Best-of-N curve (extrapolated, not measured): "
-            f"≈ {format_ratio(compute)}× {reference_label(row['bon_min_n'])}'s compute "
-            f"(≈ {reference_label(whole(row['equivalent_n_extrapolated']))}), "
-            f"a speedup of ≈ {format_ratio(row['compute_speedup_extrapolated'])}× (extrapolated).")
-
-
-def _settings_table(rows: pd.DataFrame, silent: pd.DataFrame | None = None) -> Table:
-    bon_min, bon_max = reference_label(rows['bon_min_n'].iloc[0]), reference_label(rows['bon_max_n'].iloc[0])
-    flops = "relative_flops" in rows.columns and np.isfinite(rows["relative_flops"].astype(float)).any()
-    cells = []
-    for _, row in rows.iterrows():
-        label = text(Strong(str(row["method_label"])), " (best)") if row["best"] else text(str(row["method_label"]))
-        inside, below = bool(row["in_range"]), row["bon_equivalent_status"] == "below_range"
-        extrapolated = "(extrapolated) "
-        cells.append({
-            "Setting": label,
-            "score": with_ci(row, "improvement", score_text),
-            f"compute (× {bon_min})": with_ci(row, "relative_compute", format_ratio),
-            **({f"FLOPs (× {bon_min})": with_ci(row, "relative_flops", format_ratio)} if flops else {}),
-            f"BoN-equivalent compute (× {bon_min})": (
-                with_ci(row, "bon_equivalent_compute", format_ratio) if inside
-                else maybe(extrapolated, row["bon_equivalent_compute_extrapolated"], format_ratio)),
-            "≈ Best-of-N": (
-                reference_label(with_ci(row, "equivalent_n", whole)) if inside else f"below {bon_min}" if below
-                else maybe(extrapolated, row["equivalent_n_extrapolated"], lambda n: reference_label(whole(n)))),
-            "speedup at equal score": (
-                with_ci(row, "compute_speedup", format_ratio) if inside
-                else maybe(extrapolated, row["compute_speedup_extrapolated"], format_ratio)),
-            **({"FLOPs speedup": with_ci(row, "flops_speedup", format_ratio)} if flops else {}),
-            "in range (resamples)": percent(row["bon_equivalent_in_range_frac"]),
-            "where": {"interpolated": "inside", "above_range": f"above {bon_max}",
-                      "below_range": f"below {bon_min}"}.get(row["bon_equivalent_status"],
-                                                             row["bon_equivalent_status"]),
-        })
-    for label in ([] if silent is None or silent.empty else silent["method_label"]):
-        cells.append({column: MISSING for column in cells[0]} | {"Setting": str(label), "score": NO_RESPONSE})
-    return table("Setting", cells)
-
-
-def _token_line(savings: pd.DataFrame) -> Text:
-    """The tokens one method saved on a pair, beside the oracle bound."""
-    first = savings.iloc[0]
-    name = display_name(first)
-    token = first["first_decision_token"]
-    low, high = first["first_decision_token_min"], first["first_decision_token_max"]
-    if not np.isfinite(token):
-        decision = f"{name}'s first decision token was not recorded"
-    else:
-        spread = f"; tokens {whole(low)}–{whole(high)} across prompts" if low != high else ""
-        origin = "" if first["decision_token_source"] == "rounds" else ", taken as min_tokens: rounds not recorded"
-        decision = (f"{name}'s first rejection comes at token {whole(token)} "
-                    f"(b_init = {whole(first['init_batch_size'])}, "
-                    f"min_tokens = {whole(first['min_tokens'])}{spread}{origin})")
-    if not first["correlation_taus"]:
-        oracle = "no correlation study covers this pair, so there is no oracle bound"
-    elif not np.isfinite(first["oracle_tau"]):
-        oracle = "no oracle bound (no decision token to match)"
-    else:
-        bound = (f"an oracle that stops there every candidate that will not end best saves "
-                 f"{with_ci(first, 'oracle_tokens_saved_frac', percent)} of the generated tokens "
-                 f"(correlation study, {whole(first['oracle_n_prompts'])} prompts)")
-        if first["oracle_tau_exact"]:
-            oracle = bound
-        else:
-            oracle = (f"the correlation study did not score τ = {whole(token)} (its τ: {first['correlation_taus']}); "
-                      f"at the nearest, τ = {whole(first['oracle_tau'])}, "
-                      + bound.replace("stops there", "stops at that τ"))
-    actual = "; ".join(
-        f"{row['method_label']} {with_ci(row, 'tokens_saved_frac', percent)}" for _, row in savings.iterrows())
-    return text(Strong(f"Tokens ({name})."), f" {decision}; {oracle}. {name} saved, of the tokens "
-            f"Best-of-{whole(first['init_batch_size'])} would generate running every candidate to completion on the "
-            f"same prompt (mean response length from {reference_label(whole(first['reference_bon_n']))}'s candidates; "
-            f"{int(first['n_prompts'])} prompts): {actual}.")
-
-
-def _pair_notes(rows: pd.DataFrame, score_name: str) -> list[str]:
-    first = rows.iloc[0]
-    bon_min, bon_max = reference_label(first['bon_min_n']), reference_label(first['bon_max_n'])
-    notes = []
-    if "n_prompts" in rows.columns:
-        used = (f"; {score_name} defined on {int(first['n_prompts_improvement'])}"
-                if "n_prompts_improvement" in rows.columns else "")
-        notes.append(f"Prompts: {int(first['n_prompts'])} answered by every configuration{used}.")
-    zero = first.get("zero_spread_prompts", "")
-    if zero:
-        notes.append(f"Zero-spread prompts ({bon_min}'s rewards all equal, so no {score_name} score; left out "
-                     f"of the scores): {zero.replace(',', ', ')}.")
-    for _, row in rows[~rows["in_range"]].iterrows():
-        where = where_on_curve(row, bon_min, bon_max)
-        extrapolated = ("no Best-of-N is cheaper than the cheapest, so it has no Best-of-N equivalent"
-                        if row["bon_equivalent_status"] == "below_range" else
-                        f"its Best-of-N equivalent is extrapolated (marked \"(extrapolated)\"): "
-                        f"≈ {format_ratio(row['bon_equivalent_compute_extrapolated'])}× {bon_min}'s compute"
-                        if np.isfinite(row["bon_equivalent_compute_extrapolated"])
-                        else "no Best-of-N equivalent, measured or extrapolated")
-        notes.append(f"Out of range: {row['method_label']} scores {where}; {extrapolated}.")
-    for _, row in rows[rows["in_range"] & (rows["bon_equivalent_in_range_frac"] < 1)].iterrows():
-        notes.append(f"{row['method_label']} falls outside the Best-of-N curve in "
-                     f"{percent(1 - row['bon_equivalent_in_range_frac'])} of the resamples; there its BoN-equivalent "
-                     f"is censored at the curve's end ({bon_max}'s compute above it, {bon_min}'s below), so a limit "
-                     "marked ≥ (≤) is a bound, not an estimate.")
-    notes.append(f"≈ Bo-N is BoN-equivalent compute × {int(first['bon_min_n'])} (N of {bon_min}), which assumes "
-                 f"Best-of-N's compute grows in proportion to N. Measured compute (× {bon_min}): "
-                 f"{first['bon_ladder']}.")
-    for _, best in rows[rows["best"] & rows["in_range"]].iterrows():
-        by_score, by_compute = best["equivalent_n_by_score"], best["equivalent_n"]
-        if np.isfinite(by_score) and abs(by_score / by_compute - 1) > 0.1:
-            notes.append(f"Read on the N axis instead (no compute assumption), {best['method_label']} "
-                         f"matches ≈ {reference_label(whole(by_score))}, not {reference_label(whole(by_compute))}: Best-of-N's compute is not "
-                         "proportional to N here, and the compute figures are the measured ones.")
-    return notes
-
-
-def _global_notes(headline: pd.DataFrame, savings: pd.DataFrame | None, normalization: str,
-                  correlation_resamples: int | None) -> list[str]:
-    notes = []
-    if {"confidence_level", "bootstrap_resamples"} <= set(headline.columns) and not headline.empty:
-        level, resamples = headline["confidence_level"].iloc[0], int(headline["bootstrap_resamples"].iloc[0])
-        notes.append(f"Brackets: {level:.0%} percentile intervals from a prompt-level paired bootstrap "
-                     f"({resamples} resamples of the prompts, the same for every configuration of a pair; the "
-                     "tokens saved use their own resamples, shared by the settings of a method on a pair). "
-                     "Intervals of the BoN-equivalent compute, ≈ Bo-N and the speedup at equal score are over "
-                     "every resample; where a setting lands beyond that resample's Best-of-N curve its "
-                     "BoN-equivalent is censored at the "
-                     "curve's end, which keeps a lower limit conservative (the \"in range\" column gives the "
-                     "share of resamples inside).")
-    if normalization == "bon_min_range":
-        notes.append("Score: the paper's eq. 8 improvement, per prompt "
-                     "100 · (1 − (max Z − s) / (max Z − min Z)) with Z the rewards of Bo-N_min's candidates "
-                     "(so Bo-N_min scores 100), averaged over prompts.")
-    else:
-        notes.append(f"Score: improvement under the {normalization!r} normalisation (not the paper's eq. 8).")
-    notes.append("Compute: summed shards × CPU seconds of the work (device seconds on CUDA: the records' "
-                 "timing.compute_s, which other jobs on the machine do not move; wall-clock seconds for records "
-                 "without it) over the prompts, relative to Bo-N_min (eq. 7). "
-                 "BoN-equivalent compute: the Best-of-N compute reaching a setting's score, interpolated linearly "
-                 "in log compute between the measured Best-of-N points; above them it is extrapolated from the "
-                 "last segment and marked so, never reported as a measurement; below Bo-N_min there is no "
-                 "Best-of-N to compare with, and none is given.")
-    if "relative_flops" in headline.columns and np.isfinite(headline["relative_flops"].astype(float)).any():
-        notes.append("FLOPs: the records' FLOP counts from the models' shapes (every prefill, generated and scored "
-                     "token; specrej.records.flops) summed over the prompts, relative to Bo-N_min's — eq. 7 in FLOPs "
-                     "instead of seconds, with the same paired resamples; \"--\" where a run has no count.")
-    if savings is not None and not savings.empty:
-        oracle = ("The oracle bound's interval is the correlation study's own percentile bootstrap"
-                  + (f" ({correlation_resamples} resamples)" if correlation_resamples else "") +
-                  "; it is measured on the correlation study's candidates, a method's savings on its b_init "
-                  "candidates: "
-                  "both are shares of the tokens of generating every candidate to completion.")
-        notes.append(oracle)
-    return notes
-
-
-# --------------------------------------------------------------------------------------
-# accuracy on reference answers (analysis.accuracy): the summary's section and results/tables/accuracy
-# --------------------------------------------------------------------------------------
-
-# the selection rules' names in tables (specrej.records.answers.SELECT_RULES)

@@ -172,9 +172,11 @@ def _by_generator(frame: pd.DataFrame, metrics: Mapping[str, str]) -> pd.DataFra
     require_columns(frame, ["generator", "method_label", *metrics], "table input")
     bounded = [metric for metric in metrics if {f"{metric}_lo", f"{metric}_hi"} <= set(frame.columns)]
     values = [*metrics, *(f"{metric}_{end}" for metric in bounded for end in ("lo", "hi"))]
+    methods = frame["method_label"].unique()  # every row's method gets its row, a bare mark's too
+    frame = _without_extra_marks(frame, list(metrics))
     # pivot (not pivot_table) raises on a repeated generator × method instead of averaging it.
     wide = frame.pivot(index="method_label", columns="generator", values=values)
-    methods, generators = frame["method_label"].unique(), frame["generator"].unique()
+    generators = frame["generator"].unique()
     columns = {}
     for generator in generators:
         for metric, short in metrics.items():
@@ -187,6 +189,21 @@ def _by_generator(frame: pd.DataFrame, metrics: Mapping[str, str]) -> pd.DataFra
     table = pd.DataFrame(columns).reindex(methods)
     table.index.name = "Method"
     return table
+
+
+def _without_extra_marks(frame: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """`frame` without the bare marks that add nothing to the pivot: a mark is a row with no metric
+    (a method setting that completed no response, ``unanswered_runs``, added so that it has a row);
+    one that names no generator, or whose generator × method another row gives already (with values,
+    or an earlier mark), is dropped. The method keeps its row ("--" where nothing else gives values),
+    so a method that failed never makes the pivot repeat a generator × method and take the table
+    down; a generator × method repeated with values on both rows still raises."""
+    marks = frame[metrics].isna().all(axis=1)
+    given = set(zip(frame.loc[~marks, "generator"], frame.loc[~marks, "method_label"]))
+    key = list(zip(frame["generator"], frame["method_label"]))
+    extra = marks & (frame["generator"].isna() | pd.Series([k in given for k in key], index=frame.index)
+                     | frame.duplicated(["generator", "method_label"]))
+    return frame[~extra]
 
 
 def _has_intervals(table: pd.DataFrame) -> bool:

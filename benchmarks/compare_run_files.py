@@ -5,7 +5,7 @@ design (a compiled decode step), by how much.
     python benchmarks/compare_run_files.py BEFORE/results AFTER/results [--tokens] [--summary] [--compute [TOL]]
 
 Records are compared as parsed JSON, ignoring what differs between any two runs (`timing`) and
-the fields that newer versions add: the top-level flops, and every params field that the BEFORE
+the fields that newer versions add: the top-level flops and steps, and every params field that the BEFORE
 record does not have (params.setting, params.output_settings, params.settings_digest, a
 setting's keys written flat, ...); those are listed. Every other field, every params field the
 BEFORE record has included, must be equal. Prints the files in both, how many are identical,
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
-IGNORED = {"timing", "flops"}
+IGNORED = {"timing", "flops", "steps"}
 HEADLINE_KEY = ["pair", "method", "setting"]  # one row of metrics/headline.csv per method and setting
 # summary.csv estimates with a prompt-bootstrap interval (`<name>_lo`, `<name>_hi`) that do not
 # depend on wall time

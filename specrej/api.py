@@ -12,6 +12,7 @@ each record (its params: `session.record_params`).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import traceback
 import warnings
@@ -29,7 +30,7 @@ from .methods.prompt_run import flop_shapes, run_method
 from .methods.session import Result, record_params
 from .plan import (ENGINE_SETTINGS, MAX_MEMORY_BUDGET, RunPlan, check_run, engine_settings, output_settings,
                    plan_run)
-from .records.answers import answered_candidates, select
+from .records.answers import answered_candidates, check_reference, reference_digest, select
 from .records.io import RecordWriter
 from .records.prompts import PromptItem, read_prompts
 from .rewards.reward import Response, Reward
@@ -146,11 +147,22 @@ def run_prompts(prompts: str | os.PathLike | list[PromptItem], out: str | os.Pat
                     model_revision=getattr(engine, "revision", None),
                     reward_revision=getattr(reward, "revision", None),
                     selection=selection)  # before anything is read or written
-    items = read_prompts(prompts) if not isinstance(prompts, list) else prompts
+    items = read_prompts(prompts) if not isinstance(prompts, list) else _checked_items(prompts)
     with RecordWriter(out, plan.settings, retry_failed=retry_failed, unknown=plan.unknown_settings,
                       prompts=items) as writer:
         return run_planned(plan, items, writer, engine=engine, reward=reward, measure_memory=measure_memory,
                            progress=progress, on_failure=on_failure)
+
+
+def _checked_items(items: list[PromptItem]) -> list[PromptItem]:
+    """Prompts given as `PromptItem`s: each reference checked as a prompts file's is (`answers.check_reference`)."""
+    for item in items:
+        if item.key is not None:
+            try:
+                check_reference(item.key)
+            except SpecrejError as error:
+                raise SpecrejError(f"prompt {json.dumps(item.prompt_id)}: {error}") from None
+    return items
 
 
 def run_planned(plan: RunPlan, prompts: list[PromptItem], writer: RecordWriter, *, engine: Engine, reward: Reward,
@@ -222,16 +234,20 @@ def _run_params(plan: RunPlan, settings: dict, engine: Engine) -> dict:
 def prompt_record(plan: RunPlan, item: PromptItem, run_params: dict, outcome: Result | str) -> dict:
     """A prompt's one record: its trajectory (`Result.to_record`; with an `error` that starts
     NO_COMPLETE_RESPONSE when its method completed no response) or, when `outcome` is the error
-    that stopped it, prompt_id, prompt, method, params (the run's part only) and error."""
+    that stopped it, prompt_id, prompt, method, params (the run's part only) and error. Either
+    ends with `reference_digest` (`answers.reference_digest`: null for a prompt without a reference),
+    which a resume compares with the prompts file's reference now."""
     if isinstance(outcome, str):
         return {"prompt_id": item.prompt_id, "prompt": item.prompt,
                 "method": plan.method.record_method or plan.method.name,
-                "params": record_params(run_params=run_params), "error": outcome}
+                "params": record_params(run_params=run_params), "error": outcome,
+                "reference_digest": reference_digest(item.key)}
     record = outcome.to_record(item.prompt_id)
     if record["best"] is None:  # kept whole, so its cost still counts; an error for every reader
         record["error"] = _no_complete_response(plan.method, outcome)
     elif item.key is not None or plan.selection != "reward":
         _with_answers(record, item, plan.selection)
+    record["reference_digest"] = reference_digest(item.key)  # what a resume compares (`records.io`)
     return record
 
 

@@ -14,7 +14,7 @@ import torch
 from specrej.api import run_one
 from specrej.engine.sampling import SamplingParams
 from specrej.engine.work_clock import CPU_CLOCK, CUDA_CLOCK, WorkClock, clock_kind, set_threads
-from specrej.records.io import merge_shards
+from specrej.records.shards import merge_shards
 from specrej.rewards.reward import load_reward
 
 

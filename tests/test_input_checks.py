@@ -5,6 +5,7 @@ and the same command then finishes it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -228,6 +229,73 @@ def test_generate_takes_the_edge_values(tmp_path, capsys, no_loading, args):
         main(["generate", "--model", str(tmp_path / "model"), "--prompts", str(prompts), "--out", str(out),
               "--no-progress", *args])
     assert capsys.readouterr().err == ""
+
+
+# a prompts file's reference answer that no response could match: (its fields, the message's rest)
+UNMATCHABLE_ANSWERS = [
+    ({"answer": ""}, "its answer is empty, so every response would be marked wrong; give the reference answer, "
+                     "or leave out `answer` for a prompt without one"),
+    ({"answer": "  ", "check": "exact"}, "its answer is empty, so every response would be marked wrong; give the "
+                                         "reference answer, or leave out `answer` for a prompt without one"),
+    ({"answer": "Paris"}, "its answer 'Paris' is not a number, which check numeric (the default) needs, so every "
+                          "response would be marked wrong; give a number, or another check (exact, math)"),
+    ({"answer": "\\frac{1}{", "check": "math"},
+     "its answer '\\\\frac{1}{' cannot be parsed by math-verify (check math), so every response would be marked "
+     "wrong; give the answer as a LaTeX expression math-verify reads, or another check (exact)"),
+]
+
+
+@pytest.fixture
+def no_models(monkeypatch):
+    """Loading a model or a reward fails loudly (the prompts file is read): a case that gets that far
+    was not refused by the input checks."""
+    import specrej.api  # noqa: F401
+
+    def reached(*args, **kwargs):
+        raise AssertionError("the input checks let it through: it reached loading")
+
+    monkeypatch.setattr("specrej.engine.load.load_engine", reached)
+    monkeypatch.setattr("specrej.models.loading.load_generator", reached)
+    monkeypatch.setattr("specrej.rewards.reward.load_reward", reached)
+
+
+@pytest.mark.parametrize("fields, rest", UNMATCHABLE_ANSWERS, ids=[json.dumps(f) for f, _ in UNMATCHABLE_ANSWERS])
+def test_an_answer_no_response_could_match_is_refused_before_the_model_loads(tmp_path, capsys, no_models,
+                                                                              fields, rest):
+    if fields.get("check") == "math":
+        pytest.importorskip("math_verify")
+    prompts, out = tmp_path / "p.jsonl", tmp_path / "o.jsonl"
+    prompts.write_text(json.dumps({"prompt_id": "q1", "prompt": "Q: 3 + 4?\nA:", "answer": "7"}) + "\n"
+                       + json.dumps({"prompt_id": "q2", "prompt": "Q: 5 + 5?\nA:", **fields}) + "\n")
+    code = main(["generate", "--model", str(tmp_path / "model"), "--prompts", str(prompts), "--out", str(out),
+                 "--no-progress", *BON])
+    assert code == 2
+    assert one_error_line(capsys) == f"specrej: error: {prompts}: entry 1: {rest}"
+    assert not out.exists() and not (tmp_path / "o.jsonl.lock").exists()
+
+
+def test_run_prompts_refuses_such_an_answer_among_its_prompt_items(tmp_path, no_loading):
+    from specrej.api import run_prompts
+    from specrej.records.answers import AnswerKey
+
+    out = tmp_path / "o.jsonl"
+    with pytest.raises(SpecrejError, match='^prompt "q2": its answer is empty, so every response would be marked'):
+        run_prompts([PromptItem("q1", "Hi", AnswerKey("7")), PromptItem("q2", "Hi", AnswerKey(""))], out,
+                    engine=None, reward=None, model_name="m", reward_name="r", progress=False, method="bon", n=2)
+    assert not out.exists()
+
+
+def test_answers_that_can_be_matched_are_read(tmp_path):
+    from specrej.records.prompts import read_prompts
+
+    prompts = tmp_path / "p.jsonl"
+    good = [{"answer": 7}, {"answer": "1,234"}, {"answer": " 3/4 "}, {"answer": "-0.5"},
+            {"answer": "Paris", "check": "exact", "extract": "first-line"}, {"extract": "boxed"}]
+    prompts.write_text("".join(json.dumps({"prompt": "Q?", **fields}) + "\n" for fields in good))
+    assert [item.key.answer for item in read_prompts(prompts)] == ["7", "1,234", " 3/4 ", "-0.5", "Paris", None]
+    if importlib.util.find_spec("math_verify"):
+        prompts.write_text(json.dumps({"prompt": "Q?", "answer": "\\frac{1}{2}", "check": "math"}) + "\n")
+        assert read_prompts(prompts)[0].key.check == "math"
 
 
 BAD_PREFIXES = [

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from specrej.errors import SpecrejError
-from specrej.records.io import RecordWriter, merge_shards, output_lock, read_records
+from specrej.records.io import RecordWriter, output_lock, read_records
+from specrej.records.shards import merge_shards
 
 
 def shard_record(seed, scores, total_s, error=None):

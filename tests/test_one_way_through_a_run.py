@@ -171,7 +171,8 @@ def test_run_prompts_checks_its_own_arguments_once(engine, tmp_path, trace):
     assert count(trace, "record_params") == 1 and count(trace, "read_records") == 0
     assert writer.errors == {"b": "empty prompt"}
     failed = read_records(out)[1]
-    assert list(failed) == ["prompt_id", "prompt", "method", "params", "error"]
+    assert list(failed) == ["prompt_id", "prompt", "method", "params", "error", "reference_digest"]
+    assert failed["reference_digest"] is None  # no reference answer: what a resume compares
     assert failed["params"]["prompt_seed"] and failed["params"]["output_settings"]["dtype"] == "float32"
 
 

@@ -97,6 +97,86 @@ def test_a_resume_with_a_prompt_whose_text_changed_is_refused(generator_dir, tmp
     assert out.read_bytes() == written
 
 
+def test_a_resume_with_a_prompt_whose_answer_changed_is_refused(generator_dir, tmp_path, capsys):
+    """The user's case (2026-12-06): the same ids, one reference answer changed; the run file
+    would mix "7" with "10" and accuracy be computed against an answer the prompts file no longer holds."""
+    prompts, out = tmp_path / "p.jsonl", tmp_path / "run.jsonl"
+
+    def write_prompts(answer):
+        prompts.write_text("".join(json.dumps(line) + "\n" for line in [
+            {"prompt_id": "q1", "prompt": "Q: 3 + 4?\nA:", "answer": answer},
+            {"prompt_id": "q2", "prompt": "Q: 5 + 5?\nA:", "answer": "10"}]))
+
+    write_prompts("7")
+    assert main(generate_args(generator_dir, prompts, out)) == 0
+    written = out.read_bytes()
+    assert [r["reference"]["answer"] for r in read_records(out)] == ["7", "10"]
+    write_prompts("10")  # same id, new answer
+    capsys.readouterr()
+    assert main(generate_args(generator_dir, prompts, out)) == 2
+    assert capsys.readouterr().err == (
+        f"specrej: error: {out} holds prompt \"q1\" with another reference answer ('7' there, '10' now): its answer "
+        "changed in the prompts file since it was written; use another --out, or delete it to rerun every prompt\n")
+    assert out.read_bytes() == written
+    write_prompts("7")  # the answer as it was: the resume goes on, with nothing left to run
+    assert main(generate_args(generator_dir, prompts, out)) == 0
+    assert out.read_bytes() == written
+
+
+def answer_record(prompt_id, key, **extra):
+    """A record as `specrej generate` writes it for a prompt with `key` (an AnswerKey or None)."""
+    from specrej.records.answers import reference_digest
+
+    return {**record(prompt_id), **({"reference": key.record()} if key else {}),
+            "reference_digest": reference_digest(key), **extra}
+
+
+def test_each_change_of_a_reference_is_refused_and_named(tmp_path):
+    from specrej.records.answers import AnswerKey
+    from specrej.records.prompts import PromptItem
+
+    path = tmp_path / "run.jsonl"
+    seven, exact = AnswerKey("7"), AnswerKey("7", check="exact")
+    cases = [  # (the record's reference, the prompt's now, what the message says)
+        (answer_record(0, seven), None, "'7' there, none now"),
+        (answer_record(0, None), seven, "none there, '7' now"),
+        (answer_record(0, seven), exact, "check 'numeric' there, check 'exact' now"),
+        (answer_record(0, seven), AnswerKey("7", problem_set="set:b"),
+         "problem_set None there, problem_set 'set:b' now"),
+        ({**answer_record(0, seven), "reference": None}, AnswerKey("10"),  # an error record: its digest only
+         "another in its error record there, '10' now"),
+    ]
+    for held, now, shown in cases:
+        path.write_text(json.dumps(held) + "\n")
+        with pytest.raises(SpecrejError, match=f"^{path} holds prompt 0 with another reference answer "
+                                               f"\\({shown}\\): its answer changed in the prompts file"):
+            RecordWriter(path, {"method": "bon"}, prompts=[PromptItem(0, "p", now)])
+        assert path.read_text() == json.dumps(held) + "\n"
+    for key in (None, seven, exact):  # the same reference: resumed
+        path.write_text(json.dumps(answer_record(0, key)) + "\n")
+        with RecordWriter(path, {"method": "bon"}, prompts=[PromptItem(0, "p", key)]) as writer:
+            assert writer.done == {0}
+
+
+def test_a_record_written_before_reference_digests_is_checked_by_its_reference(tmp_path):
+    """Records before this change hold no reference_digest: one with its `reference` (every completed
+    record of a prompt with an answer) is compared by it; one without (a failed prompt's, or a
+    prompt that had no answer) cannot tell, and is resumed as before."""
+    from specrej.records.answers import AnswerKey
+    from specrej.records.prompts import PromptItem
+
+    path = tmp_path / "run.jsonl"
+    old = {key: value for key, value in answer_record(0, AnswerKey("7")).items() if key != "reference_digest"}
+    path.write_text(json.dumps(old) + "\n")
+    with pytest.raises(SpecrejError, match=r"holds prompt 0 with another reference answer \('7' there, '10' now\)"):
+        RecordWriter(path, {"method": "bon"}, prompts=[PromptItem(0, "p", AnswerKey("10"))])
+    with RecordWriter(path, {"method": "bon"}, prompts=[PromptItem(0, "p", AnswerKey("7"))]) as writer:
+        assert writer.done == {0}
+    path.write_text(json.dumps(record(0)) + "\n")  # an old error record: no reference, no digest
+    with RecordWriter(path, {"method": "bon"}, prompts=[PromptItem(0, "p", AnswerKey("10"))]) as writer:
+        assert writer.done == {0}
+
+
 def test_a_compiled_resume_of_an_eager_file_is_refused_and_back(generator_dir, tmp_path, capsys):
     """Whether the step ran compiled is an output setting: it is known once the generator loads,
     and compared then, before any prompt runs."""

@@ -3,7 +3,8 @@
 - ``reference_args`` / ``method_args``: the options of ``specrej generate`` for a Best-of-N job and a
   method_run job (the CLI's own flags and ``--param NAME=VALUE``, checked against
   ``specrej.cli.main.build_parser`` by the tests); ``prefix_args``: ``specrej score-prefixes``';
-  ``compile_args``: ``specrej compile``'s, for a generator that ``builds_graphs``.
+  ``compile_args``: ``specrej compile``'s, for a generator that ``builds_graphs``; ``calibrate_args``:
+  ``specrej calibrate``'s, for a pair's calibration job.
 - ``partial_path``: the file the engine writes while a job runs.
 - ``needs_gpu`` / ``judge_resources``: what a scheduler places a job by (config `resources`).
 - ``method_source`` / ``method_code``: what identifies a method's code (a method_run job's
@@ -67,10 +68,25 @@ def graphs_name(config: dict, generator: str) -> str:
 
 def compile_args(config: dict, generator: str) -> str:
     """`specrej compile` options of the compiled_graphs job of `generator` (all but --threads and --out):
-    built and measured once per machine (--if-missing), at the generation jobs' dtype and device."""
+    built and measured once per machine (--if-missing), at the generation jobs' dtype and device. Eager
+    against compiled is timed over 8 steps, twice (not 32, three times): the generation jobs wait on
+    this job, and the choice it makes (compiled 1.2-1.7x faster on the CPUs measured) does not need more."""
     g = config["generators"][generator]
     return join_args(["--model", g["model"], *revision_args("model", g), "--dtype", generator_dtype(config, g),
-                      "--device", config["device"], "--if-missing"])
+                      "--device", config["device"], "--tokens", 8, "--repeats", 2, "--if-missing"])
+
+
+def calibrate_args(config: dict, pair: dict) -> str:
+    """`specrej calibrate` options of `pair`'s calibration job (all but --threads and --out): its
+    generator as the generation jobs run it (dtype, device, compile) and its reward's scoring (not
+    a reward model that runs its own code), on the config's `calibration` grid, measured once per
+    machine (--if-missing)."""
+    g, r, grid = config["generators"][pair["generator"]], config["rewards"][pair["reward"]], config["calibration"]
+    reward = [] if r["trust_remote_code"] else ["--reward", r["model"]]
+    return join_args(["--model", g["model"], *revision_args("model", g), "--dtype", generator_dtype(config, g),
+                      "--device", config["device"], "--compile", compile_setting(g), *reward,
+                      "--rows", _text(grid["rows"]), "--contexts", _text(grid["contexts"]),
+                      "--steps", grid["steps"], "--repeats", grid["repeats"], "--if-missing"])
 
 
 def revision_args(model: str, entry: dict) -> list:

@@ -6,16 +6,15 @@ import argparse
 import contextlib
 import dataclasses
 import errno
-import json
 import os
 import signal
 import sys
 import threading
 import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import SpecrejError
+from . import machine
 from .parser import build_parser
 
 if TYPE_CHECKING:  # imported when a command needs it: `specrej --help` loads no torch
@@ -33,52 +32,6 @@ def fetch_models(args: argparse.Namespace) -> None:
 
     for spec in args.models:
         print(f"{spec}: {prepare_model(spec)}")
-
-
-def compile_graphs(args: argparse.Namespace) -> None:
-    """`specrej compile`: the graphs built and measured (`graph_build.build_and_measure`), or, with
-    --if-missing, the measurement kept beside them where it covers every range of --rows."""
-    import torch
-
-    from ..engine.compiled import row_range
-    from ..engine.graph_build import build_and_measure, kept_measurement
-    from ..engine.graph_cache import artifact_dir, measurement_path, write_json
-    from ..engine.load import load_engine
-
-    if args.tokens < 1 or args.repeats < 1 or not args.rows or min(args.rows) < 1:
-        raise SpecrejError("--rows, --tokens and --repeats must be 1 or more")
-    if args.out:
-        _refuse_overwriting_other_than_a_measurement(args.out)
-    engine = load_engine(args.model, dtype=args.dtype, device=args.device, revision=args.model_revision, compile="off")
-    print(f"specrej compile: {args.model}, {str(engine.dtype).removeprefix('torch.')} on {engine.device}, "
-          f"{engine.forward_kind} forward pass", flush=True)
-    if engine.forward_kind != "llama":
-        raise SpecrejError(f"{args.model} runs through the fallback forward pass, which does not compile")
-    measured = kept_measurement(engine.forward, torch.get_num_threads()) if args.if_missing else None
-    if measured is not None and {row_range(rows) for rows in args.rows} <= set(measured["ranges"]):
-        print(f"found this machine's graphs and their measurement of {measured['measured_at']}: not rebuilt")
-    else:
-        measured = build_and_measure(engine, tuple(args.rows), args.tokens, args.repeats,
-                                     progress=lambda line: print(line, flush=True))
-    faster = [name for name, m in measured["ranges"].items() if m["compiled_s"] < m["eager_s"]]
-    where = measurement_path(artifact_dir(engine.forward), measured["threads"])
-    print(f"kept in {where}; --compile auto at {measured['threads']} threads runs compiled on "
-          + (", ".join(f"{name} rows" for name in faster) if faster else "no row range (eager everywhere)"))
-    if args.out:
-        write_json(Path(args.out), {**measured, "model": args.model, "kept_in": str(where), "compiled_ranges": faster})
-
-
-def _refuse_overwriting_other_than_a_measurement(path: str) -> None:
-    """`specrej compile --out` replaces only an earlier measurement of its own (a JSON object with "ranges")."""
-    try:
-        kept = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return
-    except (OSError, ValueError) as error:
-        raise SpecrejError(f"--out {path}: exists and is not a specrej compile measurement ({error}); "
-                           "choose another path") from None
-    if not (isinstance(kept, dict) and "ranges" in kept):
-        raise SpecrejError(f"--out {path}: exists and is not a specrej compile measurement; choose another path")
 
 
 PROMPT_WIDTH = 70  # the prompt on one 80-column line: the response is what a reader opens the file for
@@ -333,7 +286,8 @@ def _run(args: argparse.Namespace) -> int:
 
             set_threads(args.threads)
         commands = {"generate": generate, "score-prefixes": score_prefixes, "summary": summarize,
-                    "fetch-model": fetch_models, "compile": compile_graphs, "doctor": doctor}
+                    "fetch-model": fetch_models, "compile": machine.compile_graphs, "calibrate": machine.calibrate,
+                    "doctor": doctor}
         return commands[args.command](args) or 0
     except SpecrejError as error:
         print("specrej: error: " + " ".join(str(error).splitlines()), file=sys.stderr)  # one line

@@ -313,6 +313,45 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--out", metavar="FILE",
                        help="also write the measurement here as JSON, with the ranges auto runs compiled on")
 
+    calibrate = commands.add_parser(
+        "calibrate", help="measure this machine's step costs once: eq. 7's modelled compute applies them to records",
+        description="For MODEL as the runs use it (--dtype, --threads, --compile), on this machine: seconds per "
+                    "decode step over a grid of --rows and --contexts for the forward pass (plain, and keeping "
+                    "every layer's states) and each sampler variant, prefill seconds by prompt length and, with "
+                    "--reward, the reward's seconds per response by length; CPU seconds of the process (device "
+                    "seconds on CUDA), --repeats interleaved, each point's median kept with its spread. Run it "
+                    "alone on the machine (its reference condition: one job, as the paper's dedicated GPU). "
+                    "Kept beside the compiled graphs in $SPECREJ_CACHE/compiled, and with --out copied there "
+                    "with the CPU's name and the date. The analysis costs each record's recorded steps on it.",
+        formatter_class=_HelpFormatter)
+    calibrate.add_argument("--model", default="default", help="the generator (as generate's --model)")
+    calibrate.add_argument("--model-revision", metavar="REV", help="as generate's: the hub revision of a hub id")
+    calibrate.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="as generate's")
+    calibrate.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    calibrate.add_argument("--threads", type=_threads, metavar="N",
+                           help="CPU threads, as the runs it costs (default: OMP_NUM_THREADS, else 1)")
+    calibrate.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                           help="as generate's: the step compiled or eager, as the runs it costs")
+    calibrate.add_argument("--reward", metavar="SPEC", help="also time this reward's scoring (as generate's --reward)")
+    calibrate.add_argument("--rows", type=_ints, default=[1, 2, 4, 8, 16, 32, 48, 64, 65, 96, 128], metavar="ROWS",
+                           help="rows per step measured (default 1,2,4,8,16,32,48,64,65,96,128: the compiled "
+                                "graphs' range edges included)")
+    calibrate.add_argument("--contexts", type=_ints, default=[64, 192], metavar="TOKENS",
+                           help="contexts (prompt and response tokens) measured (default 64,192)")
+    calibrate.add_argument("--steps", type=int, default=4, metavar="N", help="steps timed per point (default 4)")
+    calibrate.add_argument("--repeats", type=int, default=3, metavar="N",
+                           help="repeats, interleaved; the median kept (default 3)")
+    calibrate.add_argument("--condition", default="alone",
+                           help="the reference condition it was measured under, as recorded (default: alone, one "
+                                "job on the machine)")
+    calibrate.add_argument("--roofline", metavar="PEAK,BANDWIDTH",
+                           help="measure nothing: write (--out) an estimate from a device's peak FLOP/s and memory "
+                                "bandwidth in bytes/s (e.g. an H100 SXM's data sheet: 989e12,3.35e12 in bf16), each "
+                                "step the longer of its FLOPs at peak and its bytes at full bandwidth; labelled an estimate")
+    calibrate.add_argument("--if-missing", action="store_true",
+                           help="measure only where no calibration of this CPU for the same run is kept")
+    calibrate.add_argument("--out", metavar="FILE", help="also write the calibration here as JSON")
+
     doctor = commands.add_parser(
         "doctor", help="check that this install works (versions, device, model, a short run) before a long one",
         description="Check, one line each, whether this install can run specrej: the Python, torch and "

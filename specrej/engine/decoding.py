@@ -23,6 +23,7 @@ from typing import Protocol
 import torch
 
 from ..errors import SpecrejError
+from ..records.step_profile import add_step, step_variant
 from .budget import Footprint, TokenBudget
 from .cache import compaction_order, moved_rows
 from .sampler import draw, sample
@@ -208,6 +209,9 @@ class Rollout:
         # work done, for the FLOP count: tokens sampled (one head each), tokens fed through the
         # layers, and the positions those fed tokens attended to (prompt, earlier tokens, itself)
         self.tokens_generated = self.tokens_fed = self.positions_attended = 0
+        # the steps it ran, for eq. 7's compute (`records.step_profile`): runs of steps alike in
+        # rows sampled, rows fed and variant, at consecutive contexts
+        self.step_runs: list[list] = []
         self.top_k_logprobs = top_k_logprobs
         # the last step's rows as they sampled (before finished rows left) and, with top_k_logprobs,
         # the k largest log-probs of the distribution each sampled from
@@ -240,19 +244,28 @@ class Rollout:
         if certainties is not None:
             self.certainties[:, self.length] = certainties
         self.length += 1
-        self.tokens_generated += self.num_rows
+        rows_sampled = self.num_rows
+        self.tokens_generated += rows_sampled
         stopped = torch.isin(tokens, self.stop_token_ids)
         done = stopped | (self.length == self.params.max_new_tokens)
         finished = self._remove(done, stopped) if done.any() else []
+        context = self.cache.prompt_len + self.length  # the positions each fed row attends to
         if self.num_rows:
             pos = self.length - 1
-            chunk_rows = decode_chunk_rows(self.model, self.decode_chunk_bytes, self.cache.prompt_len + pos + 1)
+            chunk_rows = decode_chunk_rows(self.model, self.decode_chunk_bytes, context)
             states = _layer_buffer(self.model, self.num_rows) if self.collect_layer_states else None
             self.hidden = decode_one_token(self.model, self.cache, self.tokens[:, pos], pos, chunk_rows, states)
             self.layer_states = states
             self.tokens_fed += self.num_rows
-            self.positions_attended += self.num_rows * (self.cache.prompt_len + self.length)
+            self.positions_attended += self.num_rows * context
+        add_step(self.step_runs, rows_sampled, self.num_rows, context, self.step_variant())
         return finished
+
+    def step_variant(self) -> str:
+        """What this rollout's next step computes beside the plain step (`records.step_profile.step_variant`)."""
+        params = self.params
+        return step_variant(params.temperature, params.top_k, params.top_p, top_logprobs=self.top_k_logprobs > 0,
+                            certainty=self.certainties is not None, layer_states=self.collect_layer_states)
 
     def partial_outputs(self) -> list[RowOutput]:
         """The live rows' responses so far."""

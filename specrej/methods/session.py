@@ -21,6 +21,7 @@ from ..engine.sampling import SamplingParams
 from ..engine.work_clock import CPU_CLOCK, WorkClock
 from ..errors import SpecrejError
 from ..records import flops
+from ..records.step_profile import profile
 from ..records.answers import extract_answer
 from ..records.result import Candidate, Result, Round
 from ..rewards.reward import Response, Reward, finite_scores, reads_certainty
@@ -303,6 +304,8 @@ class Session:
             memory_margin_bytes=self.engine.memory_margin(len(self.prompt_ids), self.max_rows, self.sampling)
             + self.extra_bytes + self.certainty_bytes,
             flops=self._flops(),
+            steps=profile([len(self.prompt_ids)] if self.prefilled is not None else [],
+                          [r.step_runs for r in self.rollouts], self.scored_lengths),
         )
 
     def _timing(self) -> dict:

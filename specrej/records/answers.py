@@ -31,8 +31,11 @@ another (DeepConf: confidence-weighted, over the traces its filter keeps) record
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -71,6 +74,40 @@ class AnswerKey:
         """The record's `reference`: the answer and how responses are checked against it."""
         return {"answer": self.answer, "extract": self.extract, "check": self.check,
                 **({"problem_set": self.problem_set} if self.problem_set else {})}
+
+
+def reference_digest(key: AnswerKey | None) -> str | None:
+    """The record's `reference_digest`: a digest of everything that marks a response right or wrong
+    for the prompt (its `reference`, `AnswerKey.record`, and the task's `entry` for a reasoning-gym
+    check, whose scorer reads it); None for a prompt without a reference. Every record
+    `specrej generate` writes holds it, error records too, so that a resume can refuse a prompt whose
+    reference changed since (`records.io`)."""
+    if key is None:
+        return None
+    shown = {**key.record(), **({"entry": key.entry} if key.check == "reasoning-gym" else {})}
+    text = json.dumps(shown, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_reference(key: AnswerKey) -> None:
+    """SpecrejError when no response could ever be marked right against `key`'s answer, so that a
+    prompts file with such an answer is refused before a model loads rather than run with every
+    candidate wrong: an empty answer, one that check numeric cannot read as a number, one that
+    math-verify cannot parse (check math; it needs the `answers` extra, as the check does). A key
+    without an answer (None: no reference) and a reasoning-gym check (the task's own scorer) pass."""
+    answer = key.answer
+    if answer is None:
+        return
+    if not answer.strip():
+        raise SpecrejError("its answer is empty, so every response would be marked wrong; give the reference "
+                           "answer, or leave out `answer` for a prompt without one")
+    if key.check == "numeric" and _number(answer) is None:
+        raise SpecrejError(f"its answer {answer!r} is not a number, which check numeric (the default) needs, so "
+                           "every response would be marked wrong; give a number, or another check (exact, math)")
+    if key.check == "math" and not _math_parses(answer):
+        raise SpecrejError(f"its answer {answer!r} cannot be parsed by math-verify (check math), so every response "
+                           "would be marked wrong; give the answer as a LaTeX expression math-verify reads, or "
+                           "another check (exact)")
 
 
 def extract_answer(text: str, extract: str) -> str | None:
@@ -121,10 +158,8 @@ def check_answer(answer: str | None, key: AnswerKey) -> bool:
     if answer is None or key.answer is None:
         return False
     if key.check == "numeric":
-        try:
-            return Fraction(answer.replace(",", "")) == Fraction(str(key.answer).replace(",", ""))
-        except (ValueError, ZeroDivisionError):
-            return False
+        number = _number(answer)
+        return number is not None and number == _number(str(key.answer))
     if key.check == "exact":
         return answer.strip() == str(key.answer).strip()
     if key.check == "math":
@@ -132,12 +167,34 @@ def check_answer(answer: str | None, key: AnswerKey) -> bool:
     return _reasoning_gym_score(answer, key.entry) >= 1.0
 
 
-def _math_equivalent(answer: str, reference: str) -> bool:
+def _number(text: str) -> Fraction | None:
+    """`text` as check numeric reads it: an exact rational, thousands separators dropped (None: not a number)."""
     try:
-        from math_verify import parse, verify
+        return Fraction(text.replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _math_verify():
+    """math-verify's module (the `answers` extra), or the SpecrejError that says how to install it."""
+    try:
+        import math_verify
     except ImportError as error:
         raise SpecrejError(f"check math needs math-verify: pip install -e '.[answers]' ({error})") from None
-    return bool(verify(parse(f"${reference}$"), parse(f"${answer}$")))
+    return math_verify
+
+
+def _math_equivalent(answer: str, reference: str) -> bool:
+    math_verify = _math_verify()
+    return bool(math_verify.verify(math_verify.parse(f"${reference}$"), math_verify.parse(f"${answer}$")))
+
+
+def _math_parses(reference: str) -> bool:
+    """Whether math-verify reads `reference` (as `_math_equivalent` gives it) as an expression, not
+    only as the text it falls back to. Its parse times out by SIGALRM, which only the main thread
+    may set: in another thread it parses without a timeout rather than fail."""
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    return bool(_math_verify().parse(f"${reference}$", fallback_mode="no_fallback", parsing_timeout=timeout))
 
 
 def _reasoning_gym_score(answer: str, entry: Mapping) -> float:

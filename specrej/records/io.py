@@ -8,7 +8,8 @@ Trajectory record (one line per prompt; `Result.to_record` builds it):
                final_score, halted_round, round_scores, [answer, correct]}], [reference (`answers`)],
   rounds [{decision_token, batch_before, batch_after, ranked, rule}],
   timing {total_s, generate_s, score_s, compute_s, compute_clock, threads}, tokens {generated, scored}, peak_kv_bytes,
-  measured_peak_bytes, memory_margin_bytes, retries, flops {prefill, generate, reward, total}
+  measured_peak_bytes, memory_margin_bytes, retries, flops {prefill, generate, reward, total},
+  steps {prefill, decode, scored} (the engine's steps: `step_profile`)
 or, for a prompt that failed: prompt_id, prompt, method, params, error; a prompt whose method
 completed no response keeps the whole trajectory record (best null, its candidates, rounds,
 timing and cost) with an error that starts "no complete response".
@@ -22,11 +23,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from ..errors import SpecrejError
+from .answers import reference_digest
 
 # The prefix table (`specrej score-prefixes` writes it, analysis.correlation reads it): its columns
 # in order and their dtypes. specrej/rewards/prefixes.py says what each column holds.
@@ -172,14 +174,61 @@ def _shown_setting(key: str, settings: dict) -> str:
 
 def _refuse_changed_prompts(path, records: list[dict], prompts: Iterable) -> None:
     """The prompts of a resume: SpecrejError naming the first prompt that `path` holds a record of
-    under the same id but with another text (the prompts file was edited since)."""
-    texts = {json.dumps(record["prompt_id"]): record.get("prompt") for record in records}
+    under the same id but with another text, or with another reference answer (`_changed_reference`):
+    the prompts file was edited since, and its records would be checked against answers it no
+    longer holds."""
+    held = {json.dumps(record["prompt_id"]): record for record in records}
     for item in prompts:
-        before = texts.get(json.dumps(item.prompt_id), item.prompt)
+        record = held.get(json.dumps(item.prompt_id))
+        if record is None:
+            continue
+        before = record.get("prompt")
         if before != item.prompt:
             raise SpecrejError(f"{path} holds prompt {json.dumps(item.prompt_id)} with another text "
                                f"({_excerpt(before)!r} there, {_excerpt(item.prompt)!r} now): the prompts changed "
                                "since it was written; use another --out, or delete it to rerun every prompt")
+        changed = _changed_reference(record, getattr(item, "key", None))
+        if changed:
+            raise SpecrejError(f"{path} holds prompt {json.dumps(item.prompt_id)} with another reference answer "
+                               f"({changed}): its answer changed in the prompts file since it was written; use "
+                               "another --out, or delete it to rerun every prompt")
+
+
+# a prompt without a reference, as `answers` reads its responses (votes extract the first number)
+_NO_REFERENCE = {"answer": None, "extract": "first-number", "check": "numeric"}
+
+
+def _changed_reference(record: dict, key) -> str | None:
+    """How the reference a record was made with differs from `key` (the prompt's `answers.AnswerKey`
+    now; None: it has none), as "<there> there, <now> now"; None when it does not, or cannot be told.
+
+    A record written since records hold `reference_digest` (`answers.reference_digest`, null for a
+    prompt without a reference, error records included) is compared by it. An older record has
+    none: it is compared by its `reference`, which every completed record of a prompt with an
+    answer holds; one without (a failed prompt's, or a prompt that had no answer) cannot tell and
+    is let through, so that a resume of an older file goes on as before."""
+    now = key.record() if key is not None else None
+    before = record.get("reference")
+    if "reference_digest" in record:
+        if record["reference_digest"] == reference_digest(key):
+            return None
+        if before is None and record["reference_digest"] is not None:  # a failed prompt's record: a digest only
+            return f"another in its error record there, {_shown_answer(now or _NO_REFERENCE)} now"
+    elif before is None or before == now:
+        return None
+    before, now = before or _NO_REFERENCE, now or _NO_REFERENCE
+    field = next((name for name in ("answer", "extract", "check", "problem_set") if before.get(name) != now.get(name)),
+                 None)
+    if field is None:  # the same fields: the task's entry that a reasoning-gym check reads
+        return f"the same answer {_shown_answer(now)} with another task entry there than now"
+    if field == "answer":
+        return f"{_shown_answer(before)} there, {_shown_answer(now)} now"
+    return f"{field} {before.get(field)!r} there, {field} {now.get(field)!r} now"
+
+
+def _shown_answer(reference: dict) -> str:
+    answer = reference.get("answer")
+    return "none" if answer is None else repr(_excerpt(answer))
 
 
 def _excerpt(text, width: int = 30) -> str:
@@ -210,9 +259,10 @@ class RecordWriter:
     `unknown`: settings not known yet (`specrej generate` opens its output before the models
     load: their dtype, device and whether the step is compiled), compared by `settle` once they
     are. `prompts`: the run's prompts (`records.prompts.PromptItem`), each compared with the
-    record the file holds under its id, so that a prompt whose text changed is refused rather
-    than answered by the old text's record. `retry_failed`: once every setting is checked, the
-    error records are dropped (the file rewritten atomically), so their prompts run again.
+    record the file holds under its id, so that a prompt whose text or reference answer changed
+    is refused rather than answered by the old text's record or checked against the old answer.
+    `retry_failed`: once every setting is checked, the error records are dropped (the file
+    rewritten atomically), so their prompts run again.
     """
 
     def __init__(self, path: str | os.PathLike, settings: dict, retry_failed: bool = False,
@@ -304,97 +354,3 @@ def _replace_lines(path: Path, lines: list[bytes]) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-
-
-def records_by_prompt(paths: Iterable[str | os.PathLike]) -> list[list[dict]]:
-    """The records of several run files grouped by prompt, in order of first appearance (each
-    file is read with `read_records`, so none holds a prompt twice)."""
-    groups: dict[str, list[dict]] = {}
-    for path in paths:
-        for record in read_records(path):
-            groups.setdefault(json.dumps(record["prompt_id"]), []).append(record)
-    return list(groups.values())
-
-
-def merge_shards(records: list[dict], all_candidates: bool = False, label: Callable[[dict], str] | None = None) -> dict:
-    """One Best-of-N record from the records of its k shards (the same prompt, distinct seeds).
-
-    The paper runs Bo3840 as 32 GPUs x Bo120: the merged record keeps the best response over
-    the shards, and only that candidate (its id renumbered shard * shard_size + id), and the
-    lowest final score over all shards as `worst` (eq. 8 divides by the best minus the worst).
-    With `all_candidates` every shard's candidates are kept, renumbered the same way: the pooled
-    responses the correlation study reads (one large run, subsampled by shard).
-    `params.shards` = k and `timing.total_s` is the mean shard time, so shards x total_s (the
-    compute of `analysis.metrics`) is the summed shard time. A prompt that failed in any shard
-    becomes an error record naming the shards' errors. `label`: the method's declared label of a
-    setting's params (`Method.label`), which names the merged setting (None: it keeps no label).
-    """
-    first = records[0]
-    params = {**first["params"], "n": sum(r["params"]["n"] for r in records), "shards": len(records),
-              "shard_size": first["params"]["n"], "shard_seeds": [r["params"].get("seed") for r in records]}
-    if "setting" in params:  # the merged run is Best-of-(total N)
-        setting = params["setting"] = {**params["setting"], "params": {**params["setting"]["params"], "n": params["n"]}}
-        if label is None:
-            setting.pop("label", None)  # the shard's own would name the wrong N
-        else:
-            setting["label"] = label(setting["params"])
-    base = {"prompt_id": first["prompt_id"], "prompt": first["prompt"], "method": first["method"], "params": params,
-            **({"reference": first["reference"]} if "reference" in first else {})}
-    errors = [f"shard {k}: {r['error']}" for k, r in enumerate(records) if "error" in r]
-    if errors:
-        return {**base, "error": "; ".join(errors)}
-    answered = [(k, r) for k, r in enumerate(records) if r.get("best")]
-    worsts = [r["worst"]["score"] for r in records if r.get("worst")]
-    best_shard, best_record = max(answered, key=lambda kr: kr[1]["best"]["score"], default=(None, None))
-    candidates, best = [], None
-    if best_record is not None:
-        offset = best_shard * params["shard_size"]
-        best = {**best_record["best"], "candidate_id": best_record["best"]["candidate_id"] + offset}
-        chosen = next(c for c in best_record["candidates"] if c["id"] == best_record["best"]["candidate_id"])
-        candidates = [{**chosen, "id": chosen["id"] + offset}]
-    if all_candidates:
-        candidates = [{**c, "id": c["id"] + k * params["shard_size"]} for k, r in enumerate(records)
-                      for c in r["candidates"]]
-
-    def mean(key: str) -> float:
-        return sum(r["timing"][key] for r in records) / len(records)
-
-    return {
-        **base,
-        "best": best,
-        "worst": {"score": min(worsts)} if worsts else None,  # eq. 8's min over all N candidates
-        "candidates": candidates,
-        "num_candidates": sum(len(r["candidates"]) for r in records),
-        "rounds": [],
-        "timing": {"total_s": mean("total_s"), "generate_s": mean("generate_s"), "score_s": mean("score_s"),
-                   "shard_total_s": [r["timing"]["total_s"] for r in records], **_shard_compute(records)},
-        "tokens": {key: sum(r["tokens"][key] for r in records) for key in ("generated", "scored")},
-        "peak_kv_bytes": max(r["peak_kv_bytes"] for r in records),
-        # each shard is its own device: the merged record keeps the worst shard's memory
-        "measured_peak_bytes": max((r["measured_peak_bytes"] for r in records
-                                    if r.get("measured_peak_bytes") is not None), default=None),
-        "memory_margin_bytes": max(r.get("memory_margin_bytes", 0) for r in records),
-        "retries": sum(r.get("retries", 0) for r in records),
-        "flops": _summed_flops(records),
-    }
-
-
-def _shard_compute(records: list[dict]) -> dict:
-    """The shards' mean `compute_s` (as `total_s`: shards x compute_s is their sum), its clock and
-    threads when every shard has them and they agree; else nothing (an older shard: wall time only)."""
-    timings = [r["timing"] for r in records]
-    if any("compute_s" not in t for t in timings):
-        return {}
-    kept = {"compute_s": sum(t["compute_s"] for t in timings) / len(timings)}
-    for key in ("compute_clock", "threads"):
-        values = {t.get(key) for t in timings}
-        kept[key] = values.pop() if len(values) == 1 else sorted(values, key=str)
-    return kept
-
-
-def _summed_flops(records: list[dict]) -> dict | None:
-    """The shards' FLOP counts added up (None unless every shard has one)."""
-    counts = [r.get("flops") for r in records]
-    if not counts or any(c is None for c in counts):
-        return None
-    return {key: sum(c[key] for c in counts) for key in counts[0]}

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecrejError
-from .answers import AnswerKey
+from .answers import AnswerKey, check_reference
 
 # the fields of a prompt object that make its AnswerKey
 ANSWER_FIELDS = ("answer", "extract", "check", "entry", "problem_set")
@@ -28,7 +28,9 @@ def read_prompts(path: str | os.PathLike) -> list[PromptItem]:
 
     An object's `prompt_id` or `id` names it; otherwise its position in the file does. An
     AlpacaFarm-style `input` field is appended to the instruction. A problem's `answer` (with
-    `extract`, `check` and the task's `entry`: `answers.AnswerKey`) becomes its `key`.
+    `extract`, `check` and the task's `entry`: `answers.AnswerKey`) becomes its `key`; an answer
+    that no response could match (empty, not a number for check numeric, not parsed by math-verify
+    for check math: `answers.check_reference`) is refused, naming the entry.
     """
     path = Path(path)
     if not path.is_file():
@@ -90,6 +92,8 @@ def _answer_key(entry: dict, index: int, path: Path) -> AnswerKey | None:
         raise SpecrejError(f"{path}: entry {index}: its answer must be a string or a number, got {json.dumps(answer)}")
     fields = {name: entry[name] for name in ("extract", "check", "problem_set") if name in entry}
     try:
-        return AnswerKey(None if answer is None else str(answer), **fields, entry=entry.get("entry"))
+        key = AnswerKey(None if answer is None else str(answer), **fields, entry=entry.get("entry"))
+        check_reference(key)  # an answer no response could match: refused before any model loads
+        return key
     except SpecrejError as error:
         raise SpecrejError(f"{path}: entry {index}: {error}") from None

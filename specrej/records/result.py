@@ -65,6 +65,7 @@ class Result:
     measured_peak_bytes: int | None = None  # measured: budget.PeakMemory around the run (None: not measured)
     retries: int = 0  # out-of-memory retries with a halved batch (`run_method`); the final batch is in params
     flops: dict | None = None  # counted as the work happened: prefill, generate, reward, total (None: shape unknown)
+    steps: dict | None = None  # the steps the engine ran: prefills, decode steps, scored responses (`step_profile`)
 
     @property
     def finalists(self) -> list[Candidate]:
@@ -110,4 +111,5 @@ class Result:
             "memory_margin_bytes": self.memory_margin_bytes,
             "retries": self.retries,
             "flops": self.flops,
+            **({"steps": self.steps} if self.steps is not None else {}),
         }

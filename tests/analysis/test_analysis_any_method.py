@@ -12,6 +12,7 @@ from analysis.headline import headline_table
 from analysis.io import best_responses_frame
 from analysis.bon_curve import bon_equivalent_compute
 from analysis.metrics import bootstrap_draws, method_summary
+from analysis.summary_details import render_details_markdown
 from analysis.summary_page import render_headline_markdown
 from analysis.tables import table2_perplexity_speedup
 from analysis.winrate import bon_min_label, group_by_method
@@ -119,7 +120,19 @@ def test_headline_table2_table1_and_figure3_carry_every_method(runs):
     located = bon_equivalent_compute(summary, by=["pair", "generator"])
     headline = headline_table(summary, located)
     assert headline[["method_label", "best"]].values.tolist() == [["First 2 of 3", True], ["SR α=0.5", True]]
-    page = render_headline_markdown(headline)
+    page = render_headline_markdown(headline, summary=summary)
+    # the headline: SR's α=0.5 (the paper's method first) at √2 / 0.5 ≈ 2.8× less compute, ≈ √2 × 4 ≈ Bo6
+    assert page.split("\n\n")[1] == (
+        "**SR α=0.5**, the best setting of SR on gen / rm, matches Best-of-N's score with **2.8× less compute** (the "
+        "speedup at equal score, in CPU seconds of the work): it scores 112 at 0.50× Bo4's compute, where Best-of-N "
+        "needs ≈ 1.4× (≈ Bo6).")
+    # one table: the ladder, then every method's settings; first-k's FLOPs (1.5× Bo4's) beside its compute
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("|")]
+    assert rows[0] == ["Setting", "score", "compute (× Bo4)", "FLOPs (× Bo4)", "speedup at equal score"]
+    assert rows[2:] == [["Bo4", "100", "1.0", "1.0", "reference"], ["Bo16", "150", "4.0", "4.0", "reference"],
+                        ["**SR α=0.5** (best)", "112", "0.50", "--", "2.8"],
+                        ["**First 2 of 3** (best)", "125", "1.0", "1.5", "2.0"]]
+    page = render_details_markdown(headline)
     assert ("**First 2 of 3** scores 125 (eq. 8; Bo4 = 100) at 1.0× Bo4's compute (1.5× its FLOPs); Best-of-N "
             "needs ≈ 2.0× Bo4's compute to match it (≈ Bo8): 2.0× less compute at equal score (1.3× in FLOPs).") in page
     assert "**SR α=0.5** scores 112 (eq. 8; Bo4 = 100) at 0.50× Bo4's compute; Best-of-N" in page

@@ -141,7 +141,7 @@ def test_records_with_a_setting_are_keyed_by_it():
 
 
 def test_a_bon_record_merged_from_shards_is_keyed_by_its_total_n():
-    # specrej.records.io.merge_shards: params.n and the setting's n are the total (32); the key is N alone.
+    # specrej.records.shards.merge_shards: params.n and the setting's n are the total (32); the key is N alone.
     shard = with_setting(BON_RECORD, "bon", {"n": 8, "batch_size": 4}, "Bo8")
     shard["params"] = {**shard["params"], "n": 8}
     merged = with_setting(BON_RECORD, "bon", {"n": 32, "batch_size": 4}, "Bo32")  # as merge_shards writes it

@@ -201,17 +201,32 @@ def test_duplicate_rows_for_a_configuration_and_prompt_are_rejected():
         method_summary(pd.concat([runs, runs.iloc[:1]]))
 
 
+def test_the_measured_seconds_stand_beside_a_modelled_eq7():
+    # work_s is what eq. 7 counts (here: modelled), cpu_s the measured seconds beside it: each ratio
+    # from its own column. Bo-N_min's work 1 + 1, cpu 2 + 2; every other row's work 3, cpu 5 per prompt.
+    runs = hand_runs()
+    reference = (runs["method"] == "bon") & (runs["n"] == runs["n"].min())
+    runs = runs.assign(work_s=np.where(reference, 1.0, 3.0), cpu_s=np.where(reference, 2.0, 5.0), shards=1)
+    summary = method_summary(runs, n_resamples=0).set_index("method_label")
+    others = summary.index[summary.index != summary.index[0]]
+    assert (summary.loc[others, "relative_compute"] == 3.0).all()
+    assert (summary.loc[others, "relative_cpu"] == 2.5).all()
+    assert method_summary(hand_runs(), n_resamples=0)["relative_cpu"].isna().all()  # no cpu_s: no ratio
+
+
 def test_summary_columns():
     runs = hand_runs().assign(perplexity=2.0)
     assert list(method_summary(runs).columns) == [
         "method", "setting", "method_label", "n", "method_name", "color", "marker", "reference", "n_prompts",
         "mean_score", "improvement",
         "n_prompts_improvement", "zero_spread_prompts", "compute_s", "relative_compute",
-        "speedup_vs_largest_bon", "wall_s", "relative_wall", "wall_speedup_vs_largest_bon", "compute_flops",
+        "speedup_vs_largest_bon", "wall_s", "relative_wall", "wall_speedup_vs_largest_bon", "cpu_s", "relative_cpu",
+        "compute_flops",
         "relative_flops", "flops_speedup_vs_largest_bon",
         "perplexity", "improvement_lo", "improvement_hi", "relative_compute_lo", "relative_compute_hi",
         "speedup_vs_largest_bon_lo", "speedup_vs_largest_bon_hi", "relative_wall_lo", "relative_wall_hi",
-        "wall_speedup_vs_largest_bon_lo", "wall_speedup_vs_largest_bon_hi", "relative_flops_lo", "relative_flops_hi",
+        "wall_speedup_vs_largest_bon_lo", "wall_speedup_vs_largest_bon_hi", "relative_cpu_lo", "relative_cpu_hi",
+        "relative_flops_lo", "relative_flops_hi",
         "flops_speedup_vs_largest_bon_lo", "flops_speedup_vs_largest_bon_hi", "perplexity_lo", "perplexity_hi",
         "confidence_level", "bootstrap_resamples",
     ]

@@ -141,4 +141,4 @@ def test_the_headline_page_renders_to_both_from_one_build():
     assert to_markdown(page) == render_headline_markdown(headline)
     html = html_of(to_rst(page))
     assert "<strong>SR α=0.5</strong> (best)" in html and html.count("<table") == 1
-    assert "(extrapolated) Bo320" in html
+    assert "above Bo128: ≈ 5.0 (extrapolated)" in html

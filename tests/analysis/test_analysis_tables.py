@@ -80,6 +80,50 @@ def test_table2_has_a_row_per_setting_of_every_method():
     assert r"SR $\delta$=0.05" in render_latex(table) and "δ" not in render_latex(table)
 
 
+def two_rewards_of_one_generator(silent: pd.DataFrame) -> pd.DataFrame:
+    """Table 2's input as workflow/scripts/table2.py builds it for two pairs of one generator, G / R1
+    and G / R2: the summary's rows, then a row per method setting that completed no response on any
+    prompt of a pair (``silent``: generator, method_label, and pair where given; no metric), then,
+    the pairs' rewards being several, each row's generator replaced by its pair."""
+    summary = pd.DataFrame({"pair": ["G / R1", "G / R1", "G / R2", "G / R2"], "generator": ["G"] * 4,
+                            "reward": ["R1", "R1", "R2", "R2"], "method_label": ["Bo8", "SR α=0.5"] * 2,
+                            "perplexity": [3.0, 2.5, 3.1, 2.6], "speedup_vs_largest_bon": [1.0, 6.0, 1.0, 5.0],
+                            "flops_speedup_vs_largest_bon": [1.0, 7.0, 1.0, 6.5]})
+    rows = pd.concat([summary, silent], ignore_index=True)
+    return rows.assign(generator=rows["pair"])
+
+
+def test_table2_renders_a_method_without_any_response_under_two_rewards_of_one_generator():
+    """The study of 2026-12-06: DeepConf completed no response under either reward of G. Its two
+    rows name no pair (the workflow gave generator and method only), so both became generator NaN
+    and pivot raised "Index contains duplicate entries, cannot reshape": no Table 2 at all."""
+    silent = pd.DataFrame({"generator": ["G", "G"], "method_label": ["DeepConf N=8"] * 2})
+    for rows in (two_rewards_of_one_generator(silent),  # as the workflow gave them
+                 two_rewards_of_one_generator(silent.assign(pair=["G / R1", "G / R2"]))):  # with their pair
+        table = table2_perplexity_speedup(rows)
+        assert table.index.tolist() == ["Bo8", "SR α=0.5", "DeepConf N=8"]
+        assert table.columns.tolist()[:3] == ["G / R1 PPL", "G / R1 Speedup", "G / R1 FLOP speedup"]
+        assert table.loc["SR α=0.5", "G / R2 Speedup"] == 5.0 and table.loc["SR α=0.5", "Average PPL"] == 2.55
+        assert table.loc["DeepConf N=8"].isna().all()
+        assert markdown_cells(render_markdown(table))[-1] == ["DeepConf N=8", *["--"] * 9]
+
+
+def test_a_method_without_a_response_under_one_reward_keeps_its_values_under_the_other():
+    silent = pd.DataFrame({"pair": ["G / R1"], "generator": ["G"], "method_label": ["SR α=0.5"]})
+    for rows in (two_rewards_of_one_generator(silent), two_rewards_of_one_generator(silent.drop(columns="pair"))):
+        rows = rows.drop(index=1)  # SR α=0.5 answered nothing under R1: the summary has no row of it there
+        table = table2_perplexity_speedup(rows)
+        assert table.index.tolist() == ["Bo8", "SR α=0.5"]
+        assert math.isnan(table.loc["SR α=0.5", "G / R1 PPL"]) and table.loc["SR α=0.5", "G / R2 PPL"] == 2.6
+        assert math.isnan(table.loc["SR α=0.5", "Average PPL"])
+    # a mark beside a row with values for the same generator × method (one of its runs answered
+    # nothing): the values stand; a repeat with values on both rows is still an error
+    marked = two_rewards_of_one_generator(silent)
+    assert table2_perplexity_speedup(marked).loc["SR α=0.5", "G / R1 PPL"] == 2.5
+    with pytest.raises(ValueError, match="duplicate"):
+        table2_perplexity_speedup(pd.concat([marked, marked.iloc[[1]]]))
+
+
 SUMMARY_WITH_CI = pd.DataFrame({
     "generator": ["G", "G", "H", "H"], "method_label": ["Bo120", "SR α=0.5"] * 2,
     "perplexity": [3.2, 3.0, 4.0, 3.5], "perplexity_lo": [3.0, 2.9, 3.8, 3.1], "perplexity_hi": [3.4, 3.2, 4.3, 3.9],

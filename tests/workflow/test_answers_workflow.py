@@ -227,10 +227,11 @@ def test_the_cpu_answers_config_is_the_owners_problem_set_and_the_default_studys
     assert config["generators"]["smollm2"]["prompt_format"] == "plain" and config["sampling"]["max_new_tokens"] == 16
     default = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["methods"]
     methods = yaml.safe_load((ROOT / "config" / "answers.yaml").read_text())["methods"]
-    assert [entry["name"] for entry in methods] == [entry["name"] for entry in default]
-    changed = [entry for entry, before in zip(methods, default, strict=True) if entry != before]
-    assert changed == [{"name": "deepconf", "grid": {"n": [32], "window": [4]}, "rewards": ["logprob"]},  # its window
-                       {"name": "consensus", "grid": {"n": [16, 32], "wave": [4, 8]}, "rewards": ["logprob"]}]
+    assert [entry["name"] for entry in methods] == [entry["name"] for entry in default] + ["consensus"]
+    changed = [entry for entry, before in zip(methods, default) if entry != before]
+    assert changed == [{"name": "deepconf", "grid": {"n": [32], "window": [4]}, "rewards": ["logprob"]}]  # its window
+    assert methods[-1] == {"name": "consensus", "grid": {"n": [16, 32], "wave": [4, 8]}, "rewards": ["logprob"]}
+    assert [pair["reward"] for pair in config["pairs"]] == ["logprob", "self-certainty"]  # the reward-free pair too
     assert [line["answer"] for line in answers_plan.problem_set_lines(problems)] == [e["answer"] for e in entries(48, 0)]
 
 

@@ -346,7 +346,8 @@ def test_a_generator_under_compile_auto_builds_its_graphs_once_per_model_and_dty
     """The compiled_graphs job: under compile auto with build_graphs (the defaults), not under on or
     off, not with build_graphs false or a generator's own code; one per model and dtype."""
     assert config["generators"]["g"]["build_graphs"] is True and job_options.builds_graphs(config, "g")
-    assert job_options.compile_args(config, "g") == "--model gen-model --dtype auto --device auto --if-missing"
+    assert job_options.compile_args(config, "g") == ("--model gen-model --dtype auto --device auto --tokens 8 "
+                                                     "--repeats 2 --if-missing")
     config["generators"]["same"] = {**config["generators"]["g"], "label": "same model"}
     config["generators"]["bf16"] = {**config["generators"]["g"], "dtype": "bfloat16"}
     assert job_options.graphs_name(config, "same") == job_options.graphs_name(config, "g")
@@ -354,6 +355,21 @@ def test_a_generator_under_compile_auto_builds_its_graphs_once_per_model_and_dty
     for key, value in (("compile", "on"), ("compile", False), ("build_graphs", False), ("trust_remote_code", True)):
         config["generators"]["g"] = {**config["generators"]["same"], key: value}
         assert not job_options.builds_graphs(config, "g")
+
+
+def test_a_pairs_calibration_measures_its_generator_as_the_runs_use_it_and_its_rewards_scoring(config):
+    """The calibrate job: the generator's dtype, device and compile setting, the pair's reward (not a
+    reward model that runs its own code), the config's grid, once per machine."""
+    config["calibration"] = {"rows": [1, 16, 128], "contexts": [64, 192], "steps": 4, "repeats": 3}
+    pair = config["pairs"][1]
+    reward = config["rewards"][pair["reward"]]
+    args = job_options.calibrate_args(config, pair)
+    assert args == (f"--model gen-model --dtype auto --device auto --compile auto --reward {reward['model']} "
+                    "--rows 1,16,128 --contexts 64,192 --steps 4 --repeats 3 --if-missing")
+    config["rewards"][pair["reward"]] = {**reward, "trust_remote_code": True}
+    assert "--reward" not in job_options.calibrate_args(config, pair)
+    from specrej.cli.parser import build_parser  # the CLI takes every option it is given
+    build_parser().parse_args(["calibrate", *shlex.split(args), "--threads", "1", "--out", "x.json"])
 
 
 def test_engine_args_trust_each_model_alone_and_pin_its_revision(config):

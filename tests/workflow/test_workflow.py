@@ -56,35 +56,34 @@ def methods_overlay(*entries, without: str | None = None) -> str:
 
 
 @pytest.mark.parametrize("configfile, expected", [
-    # 24 prompts in 1 chunk, 2 pairs (the log-prob and self-certainty rewards): 8 shards of Bo16 each
-    # (the ladder Bo16..Bo128, nested), SR's 3 alphas each; for the log-prob pair only (`rewards:`)
-    # the random-halting control at SR's alphas 0.5 and 0.9, ST-BoN at N = 32, DeepConf at N = 32,
-    # Pandora at N = 64 and consensus at N = 16; the correlation study scores each pair's Best-of-N
-    # responses (no generation of its own); no adaptive SR
-    (None, {"reference_shard": 2 * 8, "reference_direct": None, "method_run": 2 * 3 + 2 + 1 + 1 + 1 + 1,
-            "generate_correlation": None, "score_prefixes": 2, "calibration_fit": None, "adaptive_survival": None,
-            "merge_reference": 2 * 4, "merge_method": 2 * 3 + 2 + 1 + 1 + 1 + 1, "table1": 1, "table2": 1,
+    # 24 prompts in 1 chunk, 1 pair (the log-prob reward): 8 shards of Bo16 (the ladder Bo16..Bo128,
+    # nested), SR's 3 alphas, the random-halting control at SR's alphas 0.5 and 0.9, ST-BoN at N = 32,
+    # DeepConf at N = 32 and Pandora at N = 64; the correlation study scores the Best-of-N responses
+    # (no generation of its own); no adaptive SR; one calibration (eq. 7's modelled compute)
+    (None, {"reference_shard": 8, "reference_direct": None, "method_run": 3 + 2 + 1 + 1 + 1,
+            "generate_correlation": None, "score_prefixes": 1, "calibration_fit": None, "adaptive_survival": None,
+            "merge_reference": 4, "merge_method": 3 + 2 + 1 + 1 + 1, "table1": 1, "table2": 1, "calibrate": 1,
             "figure2": 1, "figure3": 1, "figure4": 1, "correlation_summary": 1, "decisions": 1}),
-    # config/adaptive.yaml over it: adaptive SR at 2 deltas for each pair (method_run too), fit per
-    # pair on 10 held-out prompts (1 chunk: Best-of-N shards 0-1, scored)
-    ("config/adaptive.yaml", {"reference_shard": 2 * (8 + 2), "method_run": 12 + 2 * 2, "score_prefixes": 2 * (1 + 1),
-                              "calibration_fit": 2, "adaptive_survival": 2, "merge_method": 12 + 2 * 2}),
-    # config/all-methods.yaml over it: SR for both pairs; for the log-prob pair the control at alphas
-    # 0.5, 0.7, 0.9, ST-BoN at N = 32 and 128, DeepConf at N = 32 and 64 x eta 0.1 and 0.9, Pandora at
-    # N = 128 x 3 costs, consensus at N = 16
-    ("config/all-methods.yaml", {"reference_shard": 2 * 8, "method_run": 2 * 3 + 3 + 2 + 4 + 3 + 1,
-                                 "merge_method": 2 * 3 + 3 + 2 + 4 + 3 + 1}),
+    # config/adaptive.yaml over it: adaptive SR at 2 deltas (method_run too), fit on 10 held-out
+    # prompts (1 chunk: Best-of-N shards 0-1, scored)
+    ("config/adaptive.yaml", {"reference_shard": 8 + 2, "method_run": 8 + 2, "score_prefixes": 1 + 1,
+                              "calibration_fit": 1, "adaptive_survival": 1, "merge_method": 8 + 2}),
+    # config/all-methods.yaml over it: SR; the control at alphas 0.5, 0.7, 0.9, ST-BoN at N = 32 and
+    # 128, DeepConf at N = 32 and 64 x eta 0.1 and 0.9, Pandora at N = 128 x 3 costs, consensus at N = 16
+    ("config/all-methods.yaml", {"reference_shard": 8, "method_run": 3 + 3 + 2 + 4 + 3 + 1,
+                                 "merge_method": 3 + 3 + 2 + 4 + 3 + 1}),
     # config/compiled.yaml over it: the default study's jobs, the generator's step compiled
-    ("config/compiled.yaml", {"reference_shard": 2 * 8, "method_run": 2 * 3 + 2 + 1 + 1 + 1 + 1,
-                              "merge_method": 2 * 3 + 2 + 1 + 1 + 1 + 1}),
+    ("config/compiled.yaml", {"reference_shard": 8, "method_run": 3 + 2 + 1 + 1 + 1,
+                              "merge_method": 3 + 2 + 1 + 1 + 1}),
     # 12 pairs x 10 chunks of 10 prompts: 32 shards of Bo120, 9 alphas; the 9 reward-model pairs
     # get the correlation study, every N is a multiple of 120 (no direct runs)
     # config/grid.yaml: 2 pairs x the default's 8 shards of Bo16 and 3 alphas, no other method; both
     # pairs in the correlation study (Figure 4's two rows); two models fetched and no judge's
     ("config/grid.yaml", {"fetch_model": 2, "reference_shard": 2 * 8, "method_run": 2 * 3, "merge_reference": 2 * 4,
                           "merge_method": 2 * 3, "score_prefixes": 2, "correlation_statistics": 2,
-                          "correlation_summary": 1, "figure3": 1, "figure4": 1, "table1": 1, "table2": 1}),
-    ("config/paper.yaml", {"reference_shard": 12 * 10 * 32, "reference_direct": None, "method_run": 12 * 10 * 9,
+                          "correlation_summary": 1, "figure3": 1, "figure4": 1, "table1": 1, "table2": 1,
+                          "calibrate": None}),
+    ("config/paper.yaml", {"reference_shard": 12 * 10 * 32, "calibrate": 12, "reference_direct": None, "method_run": 12 * 10 * 9,
                            "merge_reference": 12 * 6, "merge_method": 12 * 9, "generate_correlation": None, "score_prefixes": 9 * 10,
                            "calibration_fit": None,
                            "prompt_chunk": 10, "table1": 1, "table2": 1}),

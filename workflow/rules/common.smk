@@ -117,6 +117,24 @@ def merged_runs(pairs=None):
     return plan.merged_runs(config, RESULTS, PAIRS if pairs is None else pairs)
 
 
+def calibration_files(pairs=None):
+    """Each pair's calibration, which eq. 7's modelled compute costs its records' steps on
+    (figures.figure3.compute: modelled); none for another compute."""
+    if config["figures"]["figure3"]["compute"] != "modelled":
+        return []
+    return [f"{RESULTS}/calibration/{pair}.json" for pair in (PAIRS if pairs is None else pairs)]
+
+
+def all_local_cores():
+    """Every core this run may use locally (--cores), so a job holding them runs alone; on a cluster
+    without --cores, where each job has a node of its own, the generation jobs' threads."""
+    try:
+        cores = workflow.cores
+    except Exception:  # snakemake's WorkflowError: no --cores given (a cluster profile)
+        return config["resources"]["generate"]["threads"]
+    return cores if cores < 1024 else config["resources"]["generate"]["threads"]
+
+
 def merged_method_runs(pairs=None):
     """merged_runs() less the reference's ladder: the method settings' run files (a merged
     Best-of-N keeps only its best candidate; the accuracy study pools its shards instead)."""

@@ -7,8 +7,10 @@ rule runs_table:
     """One row per (run, answered prompt) and one per failed prompt, with display labels."""
     input:
         runs=merged_runs(),
+        calibrations=calibration_files(),
     output:
         runs=f"{RESULTS}/metrics/runs.csv",
+        compute_check=f"{RESULTS}/metrics/compute_check.csv",
         failed=report(
             f"{RESULTS}/failed_prompts.csv",
             caption="../report/failed_prompts.rst",
@@ -20,6 +22,7 @@ rule runs_table:
             path: {"pair_key": run_pair(path), **pair_labels(run_pair(path))}
             for path in input.runs
         },
+        compute=config["figures"]["figure3"]["compute"],
     log:
         f"{RESULTS}/logs/runs_table.log",
     benchmark:

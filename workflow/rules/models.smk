@@ -1,7 +1,8 @@
 # Every model the study loads, fetched and prepared once before the jobs that load it: the
 # default model and .gguf files are converted into specrej's cache, a hub id is downloaded into
 # the Hugging Face cache, a local directory is checked. Then no generation job fetches or converts.
-# A generator under compile auto has its compiled graphs built and measured here too (compiled_graphs).
+# A generator under compile auto has its compiled graphs built and measured here too (compiled_graphs),
+# and each pair's step costs measured once per machine (calibrate: eq. 7's modelled compute).
 
 
 rule fetch_model:
@@ -47,3 +48,31 @@ rule compiled_graphs:
         "../envs/specrej.yaml"
     script:
         "../scripts/compiled_graphs.py"
+
+
+rule calibrate:
+    """`specrej calibrate --if-missing` for one pair (figures.figure3.compute: modelled): this machine's
+    step costs for its generator as the generation jobs run it (after its compiled graphs) and its
+    reward's scoring, measured once per machine and kept beside the graphs; the copy here names the
+    CPU and the date. The job holds every local core, so the calibration is taken alone (its reference
+    condition); the analysis costs each record's steps on it."""
+    input:
+        lambda wildcards: pair_model_files(wildcards),
+    output:
+        f"{RESULTS}/calibration/{{pair}}.json",
+    params:
+        args=lambda wildcards: job_options.calibrate_args(config, PAIRS[wildcards.pair]),
+        engine_threads=config["resources"]["generate"]["threads"],
+    log:
+        f"{RESULTS}/logs/calibrate/{{pair}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/calibrate/{{pair}}.tsv"
+    threads: all_local_cores()
+    resources:
+        gpu=config["resources"]["generate"]["gpu"],
+        mem_mb=config["resources"]["generate"]["mem_mb"],
+        runtime=config["resources"]["generate"]["runtime"],
+    conda:
+        "../envs/specrej.yaml"
+    script:
+        "../scripts/calibrate.py"

@@ -1,12 +1,12 @@
 """One run file per method from the per-chunk files: concatenated in plan order, or, for
 Best-of-N made of k shards, one record per prompt merged from its k shard records
-(`specrej.records.io.merge_shards`: the best response over the shards, compute = summed shard time)."""
+(`specrej.records.shards.merge_shards`: the best response over the shards, compute = summed shard time)."""
 
 import json
 import sys
 
 from specrej.methods import get_method
-from specrej.records.io import merge_shards, records_by_prompt
+from specrej.records.shards import merge_shards, records_by_prompt
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 shards = int(snakemake.params.shards)  # noqa: F821

@@ -2,12 +2,13 @@
 run keeps only its best candidate, and a vote needs them all.
 
 `pooled_records(files, shards)`: with shards > 1, the shard files of each chunk pooled per prompt
-(`specrej.records.io.merge_shards(..., all_candidates=True)`: candidate ids shard * shard_size +
+(`specrej.records.shards.merge_shards(..., all_candidates=True)`: candidate ids shard * shard_size +
 id, as score_prefixes numbers them for the correlation study's prefix table); with one, the
 records of the files as they are (a direct run keeps every candidate)."""
 
 from specrej.methods import get_method
-from specrej.records.io import merge_shards, read_records, records_by_prompt
+from specrej.records.io import read_records
+from specrej.records.shards import merge_shards, records_by_prompt
 
 
 def pooled_records(files: list[str], shards: int) -> list[dict]:

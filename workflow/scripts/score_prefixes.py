@@ -22,7 +22,8 @@ import pandas as pd  # noqa: E402
 
 from analysis.correlation import PREFIX_COLUMNS  # noqa: E402
 from specrej.methods import get_method  # noqa: E402
-from specrej.records.io import merge_shards, read_records, records_by_prompt  # noqa: E402
+from specrej.records.io import read_records  # noqa: E402
+from specrej.records.shards import merge_shards, records_by_prompt  # noqa: E402
 
 out, params = snakemake.output[0], snakemake.params  # noqa: F821
 shards = list(snakemake.input.trajectories)  # noqa: F821

@@ -29,14 +29,16 @@ if rows.empty:
 silent = no_response_rows(snakemake.input.failed, params.pairs)  # noqa: F821
 if not rows.empty and not silent.empty:  # a setting without a response: a row that says so, not no row
     rows = pd.concat([rows, silent.drop(columns="status")], ignore_index=True)
-if rows["reward"].nunique() > 1:  # several rewards of one generator: a column group per pair
+per_pair = rows["reward"].nunique() > 1
+if per_pair:  # several rewards of one generator: a column group per pair (a silent row's too: it names its pair)
     rows = rows.assign(generator=rows["pair"])
 table = table2_perplexity_speedup(rows)
 write_table(table, out.csv.removesuffix(".csv"))
 if notes:
     table.assign(status=notes[0]).to_csv(out.csv)
-elif not silent.empty:
-    status = dict(zip(silent["method_label"], silent["status"]))
+elif not silent.empty:  # per pair, the pairs where it answered nothing (it may have answered under another)
+    status = {label: group["status"].iloc[0] + (f" ({', '.join(group['pair'])})" if per_pair else "")
+              for label, group in silent.groupby("method_label", sort=False)}
     table.assign(status=[status.get(label, "") for label in table.index]).to_csv(out.csv)
 elif {"confidence_level", "bootstrap_resamples"} <= set(rows.columns):
     notes.append(interval_note(rows["confidence_level"].iloc[0], int(rows["bootstrap_resamples"].iloc[0])))

@@ -29,11 +29,12 @@ def failed_note(failed_csv: str, pairs: list[str]) -> str:
 
 
 def no_response_rows(failed_csv: str, pairs: list[str]) -> pd.DataFrame:
-    """generator, method_label and status of each method setting of `pairs` that completed no
-    response (``analysis.tables.unanswered_runs``): the rows a table adds for them."""
+    """pair, generator, method_label and status of each method setting of `pairs` that completed no
+    response (``analysis.tables.unanswered_runs``): the rows a table adds for them (the pair places
+    such a row where a table's columns are per pair: several rewards of one generator)."""
     failed = pd.read_csv(failed_csv, dtype={"prompt_id": str})
     silent = unanswered_runs(failed[failed["pair"].isin(pairs)])
-    return silent[["generator", "method_label"]].assign(status=NO_RESPONSE)
+    return silent[["pair", "generator", "method_label"]].assign(status=NO_RESPONSE)
 
 
 def zero_spread_note(summary: pd.DataFrame) -> str:
