@@ -5,6 +5,7 @@ SR's cost in Best-of-16 shards either way. The calibration is taken alone, so th
 headline is the dedicated-machine one; this prints how far the recorded column departs from it.
 
     python benchmarks/pairing_bias.py [--prompts 8] [--alpha 0.5] [--repeats 1] [--configfile config/config.yaml]
+        [--model MODEL] [--max-new-tokens N]
 
 Needs the study's model fetched (make study, or specrej fetch-model default). Prints what it
 measured and the commands; nothing here is a test.
@@ -69,8 +70,13 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--configfile", type=Path, default=ROOT / "config/config.yaml")
+    parser.add_argument("--model", help="another generator than the study's (the jobs' other options kept)")
+    parser.add_argument("--max-new-tokens", type=int, help="another response length than the study's")
     args = parser.parse_args()
     bon, sr = study_commands(args.configfile, args.alpha)
+    overrides = (["--model", args.model] if args.model else []) + \
+        (["--max-new-tokens", str(args.max_new_tokens)] if args.max_new_tokens else [])
+    bon, sr = bon + overrides, sr + overrides  # the CLI keeps an option's last value
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         source = json.loads((ROOT / "examples/study_prompts.json").read_text())[: args.prompts]

@@ -54,6 +54,7 @@ SIZE_ARGS = {
     # its own random model (one layer here), one job alone and one beside a busy process
     "python benchmarks/compute_repeatability.py": ["--threads", "1", "--methods", "bon", "--repeats", "1",
                                                    "--layers", "1", "--new-tokens", "4"],
+    "python benchmarks/pairing_bias.py": ["--model", "{generator}", "--prompts", "1", "--max-new-tokens", "4"],
     "specrej doctor": [],
 }
 SLOW = {"python benchmarks/bf16_logprob_tolerance.py", "python benchmarks/init_batch_rule.py", "specrej doctor"}

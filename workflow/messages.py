@@ -13,6 +13,7 @@ A job is given as ``(rule name, {wildcard: value})``, which common.smk reads off
 from __future__ import annotations
 
 import csv
+import json
 import shlex
 from pathlib import Path
 
@@ -31,6 +32,7 @@ BON_MEASURED_ROWS = 16  # the rows per prompt that Best-of-N's step_seconds was 
 SCORE_PREFIXES_S = 3.3  # one chunk's prefixes under the log-prob reward
 FETCH_MODEL_S = 31.0  # the default model's fetch and conversion, first use
 BUILD_GRAPHS_S = 179.0  # the default model's compiled graphs built and measured, first use (`specrej compile`)
+CALIBRATE_S = 160.0  # the default model's calibration on the default grid, first use (`specrej calibrate`), every core held
 JUDGE_COMPARISON_S = 0.41  # Table 1's local judge (local:default), per response pair
 ANALYSIS_JOB_S = 0.85  # any other job (merges, statistics, tables, figures)
 # the rest of the measured study's wall time, per job: Snakemake's own time, the report, and a core
@@ -63,14 +65,35 @@ def job_seconds(config: dict, plan: Plan, rule: str, wildcards: dict) -> float:
         comparisons = len(plan.table1_pairs) * prompts * (runs - 1)  # every run against Bo-N_min
         return GENERATION_START_S + comparisons * JUDGE_COMPARISON_S
     return {"score_prefixes": SCORE_PREFIXES_S, "fetch_model": FETCH_MODEL_S, "compiled_graphs": BUILD_GRAPHS_S,
-            "all": 0.0}.get(rule, ANALYSIS_JOB_S)
+            "calibrate": MEASURED_CORES * CALIBRATE_S, "all": 0.0}.get(rule, ANALYSIS_JOB_S)
 
 
-def jobs_seconds(config: dict, plan: Plan, jobs: list[tuple[str, dict]]) -> float:
+def jobs_seconds(config: dict, plan: Plan, jobs: list[tuple[str, dict]], scale: float = 1.0) -> float:
     """About how long `jobs` take on the measured 2-core CPU: their seconds two at a time, plus
-    Snakemake's own time per job."""
-    return (sum(job_seconds(config, plan, rule, wildcards) for rule, wildcards in jobs) / MEASURED_CORES
-            + SNAKEMAKE_JOB_S * len(jobs))
+    Snakemake's own time per job; the generation jobs' steps `scale` times as long (`machine_scale`)."""
+    def seconds(rule: str, wildcards: dict) -> float:
+        measured = job_seconds(config, plan, rule, wildcards)
+        return GENERATION_START_S + (measured - GENERATION_START_S) * scale if rule in GENERATION_RULES else measured
+
+    return sum(seconds(rule, wildcards) for rule, wildcards in jobs) / MEASURED_CORES + SNAKEMAKE_JOB_S * len(jobs)
+
+
+def machine_scale(results_dir: str | Path) -> tuple[float, str] | None:
+    """How long this machine's 16-row decode step takes against the measured study's (Best-of-N's
+    declared rate), from the calibration an earlier run of the study kept in <results_dir>/calibration/
+    (the first one found), and the words that name it; None where there is none."""
+    for path in sorted(Path(results_dir).glob("calibration/*.json")):
+        try:
+            calibration = json.loads(path.read_text(encoding="utf-8"))
+            forward, sample = calibration["forward"]["plain"], calibration["sample"]["plain"]
+            step = forward["seconds"][forward["rows"].index(BON_MEASURED_ROWS)][0] + \
+                sample["seconds"][sample["rows"].index(BON_MEASURED_ROWS)]
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            continue
+        rate = step_seconds("bon", FALLBACK_BON_STEP_S)
+        return step / rate, (f"this machine's calibration of {str(calibration.get('measured_at', ''))[:10]}: "
+                             f"a 16-row step {1000 * step:.0f} ms against the measured {1000 * rate:.0f}")
+    return None
 
 
 def study_overview(config: dict, plan: Plan, study: list[tuple[str, dict]], left: list[tuple[str, dict]]) -> str:
@@ -83,16 +106,18 @@ def study_overview(config: dict, plan: Plan, study: list[tuple[str, dict]], left
     held_out = f" (+ {sum(map(len, plan.calibration_chunks.values()))} held out for {plan.fit_label}'s fit)" \
         if plan.calibration_chunks else ""
     larger = {generator["model"] for generator in config["generators"].values()} != {"default"}
+    scale, words = machine_scale(config["results_dir"]) or (1.0, "")
     lines = [(f"specrej: the study: {len(study)} jobs ({generating} of them generating), "
               f"{_count(len(pairs), 'pair')} ({shown}), {prompts} prompts{held_out}, up to "
               f"{config['sampling']['max_new_tokens']} new tokens per response"),
              f"specrej:   {'; '.join(_method_summaries(config, plan))}",
-             (f"specrej:   {_duration(jobs_seconds(config, plan, study))} from an empty "
+             (f"specrej:   {_duration(jobs_seconds(config, plan, study, scale))} from an empty "
               f"{config['results_dir']}/ on a 2-core CPU (SmolLM2-135M's per-job times, measured 2026-12-03"
-              f"{'; larger models take longer' if larger else ''}); a GPU is faster")]
+              f"{'; larger models take longer' if larger else ''}{'; steps scaled by ' + words if words else ''})"
+              "; a GPU is faster")]
     if len(left) < len(study):
         lines.append(f"specrej:   this run has {len(left)} of them left, "
-                     f"{_duration(jobs_seconds(config, plan, left))} (finished jobs are kept)")
+                     f"{_duration(jobs_seconds(config, plan, left, scale))} (finished jobs are kept)")
     return "\n".join(lines)
 
 

@@ -91,33 +91,49 @@ def default_dag(tmp_path_factory) -> dict:
 def test_the_default_studys_overview(default_dag, declared_rates):
     config = merged_config()
     lines = messages.study_overview(config, plan.Plan(config, ROOT), default_dag["all"], default_dag["left"])
-    # by hand, for each of the 2 pairs (log-prob, self-certainty): 8 shards of Bo16 (Bo128 / 16; the
-    # correlation study reads shards 0-1 of them) and SR's 3 runs; for the log-prob pair also 2 Random
-    # SR, 1 ST-BoN, 1 DeepConf, 1 Pandora, 1 consensus: 16 + 12 = 28 generate; then 8 + 12 merges, 1
-    # model fetch, 1 build of the compiled graphs, 1 chunk, 2 prefix scorings, 2 correlation statistics
-    # and 13 single jobs (prepare_prompts, rule all, runs_table, method_summary, decisions, win_rates,
-    # tables 1-2, figures 2-4, correlation_summary, headline): 28 + 20 + 7 + 13 = 68
+    # by hand, for the one pair (log-prob): 8 shards of Bo16 (Bo128 / 16; the correlation study reads
+    # shards 0-1 of them), SR's 3 runs, 2 Random SR, 1 ST-BoN, 1 DeepConf, 1 Pandora: 16 generate; then
+    # 4 + 8 merges, 1 model fetch, 1 build of the compiled graphs, 1 calibration, 1 chunk, 1 prefix
+    # scoring, 1 correlation statistics and 13 single jobs (prepare_prompts, rule all, runs_table,
+    # method_summary, decisions, win_rates, tables 1-2, figures 2-4, correlation_summary, headline):
+    # 16 + 12 + 6 + 13 = 47
     lines = lines.splitlines()
-    assert lines[0] == ("specrej: the study: 68 jobs (28 of them generating), 2 pairs (SmolLM2-135M / logprob, "
-                        "SmolLM2-135M / self-certainty), 24 prompts, up to 64 new tokens per response")
-    assert lines[1].startswith("specrej:   Best-of-N 16, 32, 64, 128 (shards of 16); SR α=0.5, 0.7, 0.9; Random SR "
-                               "α=0.5, 0.9; ST-BoN N=32; DeepConf N=32 η=0.9; Pandora N=64 c=0.002; Consensus N=16 w=4")
-    assert lines[2] == ("specrej:   about 35 min from an empty results/ on a 2-core CPU (SmolLM2-135M's per-job times, "
+    assert lines[0] == ("specrej: the study: 47 jobs (16 of them generating), 1 pair (SmolLM2-135M / logprob), "
+                        "24 prompts, up to 64 new tokens per response")
+    assert lines[1] == ("specrej:   Best-of-N 16, 32, 64, 128 (shards of 16); SR α=0.5, 0.7, 0.9; Random SR "
+                        "α=0.5, 0.9; ST-BoN N=32; DeepConf N=32 η=0.9; Pandora N=64 c=0.002")
+    assert lines[2] == ("specrej:   about 25 min from an empty results/ on a 2-core CPU (SmolLM2-135M's per-job times, "
                         "measured 2026-12-03); a GPU is faster")
 
 
 def test_the_estimate_of_the_default_study_by_hand(default_dag, declared_rates):
-    # by hand from the rates: 2 pairs x 8 shards x (5.9 + 24 x 64 x 16 x 0.054 / 16) = 1421.504 s, SR
-    # 2 x 3 x (5.9 + 1536 x 0.112) = 1067.592, Random SR 2 x (5.9 + 1536 x 0.097) = 309.784, ST-BoN
+    # by hand from the rates: 8 shards x (5.9 + 24 x 64 x 16 x 0.054 / 16) = 710.752 s, SR
+    # 3 x (5.9 + 1536 x 0.112) = 533.796, Random SR 2 x (5.9 + 1536 x 0.097) = 309.784, ST-BoN
     # 5.9 + 1536 x 0.043 = 71.948, DeepConf 5.9 + 1536 x 0.110 = 174.86, Pandora 5.9 + 1536 x 0.172 =
-    # 270.092, consensus 5.9 + 1536 x 0.16 = 251.66, the judge (the log-prob pair's 13 runs against
-    # Bo16) 5.9 + 12 x 24 x 0.41 = 123.98, the fetch 31, the graphs' build 179, the prefixes 2 x 3.3,
-    # 34 other jobs x 0.85 = 28.9: 3936.92 s two at a time, + 68 x 2.3 s = 2124.86 s. The rates are the 2026-12-03 study's
+    # 270.092, the judge (12 runs against Bo16) 5.9 + 11 x 24 x 0.41 = 114.14, the fetch 31, the graphs'
+    # build 179, the calibration 2 x 160 (it holds both cores), the prefixes 3.3, 25 other jobs x 0.85 =
+    # 21.25: 2739.922 s two at a time, + 47 x 2.3 s = 1478.061 s. The rates are the 2026-12-03 study's
     # (1,208 s measured for its 45 jobs against 1,210 estimated: docs/results.md, "Time estimates of the
     # workflow")
     config = merged_config()
     estimate = messages.jobs_seconds(config, plan.Plan(config, ROOT), default_dag["all"])
-    assert estimate == pytest.approx(2124.86, abs=0.05)
+    assert estimate == pytest.approx(1478.061, abs=0.05)
+    # on a machine whose calibration says its steps take twice as long: the generation jobs' steps
+    # (their 2,071.232 s less their 16 x 5.9 s start: 1,976.832 s) twice, two at a time
+    scaled = messages.jobs_seconds(config, plan.Plan(config, ROOT), default_dag["all"], scale=2.0)
+    assert scaled == pytest.approx(1478.061 + (2071.232 - 16 * 5.9) / 2, abs=0.05)
+
+
+def test_an_earlier_runs_calibration_scales_the_estimate_by_this_machines_step(tmp_path, declared_rates):
+    # a 16-row step of 90 ms forward + 18 ms sampling = 108 ms, against Best-of-N's measured 54: 2x
+    (tmp_path / "calibration").mkdir()
+    (tmp_path / "calibration" / "pair.json").write_text(json.dumps({
+        "measured_at": "2026-12-07T00:00:00", "forward": {"plain": {"rows": [1, 16], "seconds": [[0.03], [0.09]]}},
+        "sample": {"plain": {"rows": [1, 16], "seconds": [0.002, 0.018]}}}))
+    scale, words = messages.machine_scale(tmp_path)
+    assert scale == pytest.approx(2.0)
+    assert words == "this machine's calibration of 2026-12-07: a 16-row step 108 ms against the measured 54"
+    assert messages.machine_scale(tmp_path / "none") is None
 
 
 def test_a_method_without_a_declared_rate_is_timed_at_the_fallback(tmp_path, monkeypatch):
