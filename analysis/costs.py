@@ -22,6 +22,7 @@ from analysis.modelled_compute import calibration_label, load_calibration, with_
 from analysis.tables import format_ratio
 
 BY = ["pair_key", "pair", "generator", "reward"]
+OUTSIDE = {"above_range": "above the largest Best-of-N", "below_range": "below Bo-N_min"}
 
 
 def costed_runs(runs_table: pd.DataFrame, calibration: dict) -> pd.DataFrame:
@@ -46,7 +47,7 @@ def costed_summary(runs: pd.DataFrame, resamples: int = 1000, seed: int = 0, con
 def comparison(costed: pd.DataFrame, reported: pd.DataFrame | None) -> pd.DataFrame:
     """One row per pair and setting: relative compute and speedup on the calibration, and as reported."""
     columns = ["pair", "method_label", "improvement", "relative_compute", "relative_compute_lo", "relative_compute_hi",
-               "compute_speedup", "compute_speedup_lo", "compute_speedup_hi"]
+               "compute_speedup", "compute_speedup_lo", "compute_speedup_hi", "bon_equivalent_status"]
     table = costed[columns].copy()
     if reported is not None:
         kept = reported.set_index(["pair", "method_label"])
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows.itertuples():
             compute = f"{format_ratio(row.relative_compute)} [{format_ratio(row.relative_compute_lo)}, " \
                       f"{format_ratio(row.relative_compute_hi)}]"
-            speedup = "" if pd.isna(row.compute_speedup) else \
+            speedup = OUTSIDE.get(row.bon_equivalent_status, "") if pd.isna(row.compute_speedup) else \
                 f"{format_ratio(row.compute_speedup)}x [{format_ratio(row.compute_speedup_lo)}, " \
                 f"{format_ratio(row.compute_speedup_hi)}]"
             reported = ""

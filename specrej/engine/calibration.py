@@ -45,9 +45,9 @@ FORWARD_VARIANTS = ("plain", LAYER_STATES)
 
 
 def calibration_path(forward, threads: int, compile: str) -> Path:
-    """Where a machine's calibration of `forward` at `threads` threads and --compile `compile` is kept:
-    beside its compiled graphs (`graph_cache.artifact_dir`)."""
-    return artifact_dir(forward) / f"calibration-{threads}-threads-compile-{compile}.json"
+    """Where a machine's calibration of `forward` (a compiled one's own forward pass) at `threads`
+    threads and --compile `compile` is kept: beside its compiled graphs (`graph_cache.artifact_dir`)."""
+    return artifact_dir(getattr(forward, "forward_pass", forward)) / f"calibration-{threads}-threads-compile-{compile}.json"
 
 
 def read_calibration(path: Path) -> dict | None:
@@ -164,8 +164,9 @@ def measure(engine, *, rows: Sequence[int] = ROWS, contexts: Sequence[int] = CON
     prompts = {c: prefill(engine.forward, _prompt_ids(engine, max(1, c - (steps + 1) // 2))) for c in contexts}
     warm = prompts[contexts[0]]
     for r in sorted({rows[0], rows[-1], *(r for r in rows if r in (1, 2, 64, 65))}):  # a compiled engine
-        _forward_steps(engine, warm, r, 1, False, clock)  # loads each range's graphs here, untimed
-        _sample_steps(engine, warm.hidden.expand(r, -1).contiguous(), "plain", 1, clock)
+        _forward_steps(engine, warm, r, 1, False, clock)  # loads (or compiles) each range's graphs here,
+        for variant in samplers:  # the tempered sampler's too: untimed
+            _sample_steps(engine, warm.hidden.expand(r, -1).contiguous(), variant, 1, clock)
     # the forward keeping every layer's states (ST-BoN's first steps) at fewer rows: the ends and 8, 32
     forward_rows = {f: (rows if f != LAYER_STATES else sorted({rows[0], rows[-1], *(r for r in rows if r in (8, 32))}))
                     for f in forwards}
@@ -196,6 +197,7 @@ def measure(engine, *, rows: Sequence[int] = ROWS, contexts: Sequence[int] = CON
                     "spread": [relative_spread(prefill_times[p]) for p in prefill_tokens]},
         "steps_per_point": steps, "repeats": repeats,
     }
+    # the step's own spread, the forward's and the sampler's (not the scoring's: microseconds, all noise)
     spreads = [s for table in calibration["forward"].values() for row in table["spread"] for s in row]
     calibration["largest_spread"] = max(spreads + [s for t in calibration["sample"].values() for s in t["spread"]])
     return calibration

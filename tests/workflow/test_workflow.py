@@ -68,10 +68,11 @@ def methods_overlay(*entries, without: str | None = None) -> str:
     # prompts (1 chunk: Best-of-N shards 0-1, scored)
     ("config/adaptive.yaml", {"reference_shard": 8 + 2, "method_run": 8 + 2, "score_prefixes": 1 + 1,
                               "calibration_fit": 1, "adaptive_survival": 1, "merge_method": 8 + 2}),
-    # config/all-methods.yaml over it: SR; the control at alphas 0.5, 0.7, 0.9, ST-BoN at N = 32 and
-    # 128, DeepConf at N = 32 and 64 x eta 0.1 and 0.9, Pandora at N = 128 x 3 costs, consensus at N = 16
-    ("config/all-methods.yaml", {"reference_shard": 8, "method_run": 3 + 3 + 2 + 4 + 3 + 1,
-                                 "merge_method": 3 + 3 + 2 + 4 + 3 + 1}),
+    # config/all-methods.yaml over it: the self-certainty pair too, Best-of-N and SR for both pairs; for
+    # the log-prob pair the control at alphas 0.5, 0.7, 0.9, ST-BoN at N = 32 and 128, DeepConf at N = 32
+    # and 64 x eta 0.1 and 0.9, Pandora at N = 128 x 3 costs, consensus at N = 16
+    ("config/all-methods.yaml", {"reference_shard": 2 * 8, "method_run": 2 * 3 + 3 + 2 + 4 + 3 + 1,
+                                 "merge_method": 2 * 3 + 3 + 2 + 4 + 3 + 1, "calibrate": 2}),
     # config/compiled.yaml over it: the default study's jobs, the generator's step compiled
     ("config/compiled.yaml", {"reference_shard": 8, "method_run": 3 + 2 + 1 + 1 + 1,
                               "merge_method": 3 + 2 + 1 + 1 + 1}),
