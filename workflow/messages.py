@@ -78,10 +78,10 @@ def jobs_seconds(config: dict, plan: Plan, jobs: list[tuple[str, dict]], scale: 
     return sum(seconds(rule, wildcards) for rule, wildcards in jobs) / MEASURED_CORES + SNAKEMAKE_JOB_S * len(jobs)
 
 
-def machine_scale(results_dir: str | Path) -> tuple[float, str] | None:
-    """How long this machine's 16-row decode step takes against the measured study's (Best-of-N's
-    declared rate), from the calibration an earlier run of the study kept in <results_dir>/calibration/
-    (the first one found), and the words that name it; None where there is none."""
+def machine_scale(results_dir: str | Path, reference: str) -> tuple[float, str] | None:
+    """How long this machine's 16-row decode step takes against the measured study's (the declared
+    rate of `reference`, the Best-of-N method), from the calibration an earlier run of the study kept
+    in <results_dir>/calibration/ (the first one found), and the words that name it; None where there is none."""
     for path in sorted(Path(results_dir).glob("calibration/*.json")):
         try:
             calibration = json.loads(path.read_text(encoding="utf-8"))
@@ -90,7 +90,7 @@ def machine_scale(results_dir: str | Path) -> tuple[float, str] | None:
                 sample["seconds"][sample["rows"].index(BON_MEASURED_ROWS)]
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue
-        rate = step_seconds("bon", FALLBACK_BON_STEP_S)
+        rate = step_seconds(reference, FALLBACK_BON_STEP_S)
         return step / rate, (f"this machine's calibration of {str(calibration.get('measured_at', ''))[:10]}: "
                              f"a 16-row step {1000 * step:.0f} ms against the measured {1000 * rate:.0f}")
     return None
@@ -106,7 +106,7 @@ def study_overview(config: dict, plan: Plan, study: list[tuple[str, dict]], left
     held_out = f" (+ {sum(map(len, plan.calibration_chunks.values()))} held out for {plan.fit_label}'s fit)" \
         if plan.calibration_chunks else ""
     larger = {generator["model"] for generator in config["generators"].values()} != {"default"}
-    scale, words = machine_scale(config["results_dir"]) or (1.0, "")
+    scale, words = machine_scale(config["results_dir"], plan.reference["name"]) or (1.0, "")
     lines = [(f"specrej: the study: {len(study)} jobs ({generating} of them generating), "
               f"{_count(len(pairs), 'pair')} ({shown}), {prompts} prompts{held_out}, up to "
               f"{config['sampling']['max_new_tokens']} new tokens per response"),

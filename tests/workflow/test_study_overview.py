@@ -130,10 +130,10 @@ def test_an_earlier_runs_calibration_scales_the_estimate_by_this_machines_step(t
     (tmp_path / "calibration" / "pair.json").write_text(json.dumps({
         "measured_at": "2026-12-07T00:00:00", "forward": {"plain": {"rows": [1, 16], "seconds": [[0.03], [0.09]]}},
         "sample": {"plain": {"rows": [1, 16], "seconds": [0.002, 0.018]}}}))
-    scale, words = messages.machine_scale(tmp_path)
+    scale, words = messages.machine_scale(tmp_path, "bon")
     assert scale == pytest.approx(2.0)
     assert words == "this machine's calibration of 2026-12-07: a 16-row step 108 ms against the measured 54"
-    assert messages.machine_scale(tmp_path / "none") is None
+    assert messages.machine_scale(tmp_path / "none", "bon") is None
 
 
 def test_a_method_without_a_declared_rate_is_timed_at_the_fallback(tmp_path, monkeypatch):
