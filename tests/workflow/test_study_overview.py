@@ -68,6 +68,13 @@ def merged_config(*overlays: Path) -> dict:
 MEASURED_STEP_SECONDS = {"bon": 0.054, "sr": 0.112, "sr-random": 0.097, "st-bon": 0.043, "sr-adaptive": 0.112}
 
 
+@pytest.fixture(autouse=True)
+def away_from_the_checkout(tmp_path, monkeypatch):
+    """The estimate reads an earlier run's calibration under results/ of the folder it runs in: never
+    the checkout's own (the suite does not depend on what the working tree holds)."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture
 def declared_rates():
     from specrej.methods import get_method
