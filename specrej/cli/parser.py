@@ -101,6 +101,16 @@ def trusts(args: argparse.Namespace, model: str) -> bool:
     return model in (args.trust_remote_code or ())
 
 
+def _machine_options(parser: argparse.ArgumentParser, dtype: str, runs: str) -> None:
+    """The options of a command that measures MODEL on this machine (compile, calibrate)."""
+    parser.add_argument("--model", default="default", help="the generator (as generate's --model)")
+    parser.add_argument("--model-revision", metavar="REV", help="as generate's: the hub revision of a hub id")
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help=f"as generate's: {dtype}")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    parser.add_argument("--threads", type=_threads, metavar="N",
+                        help=f"CPU threads, as {runs} (default: OMP_NUM_THREADS, else 1)")
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """Each option's default after its help, once: not when there is none to show (None, False,
     an empty list) or when the help already names it."""
@@ -296,13 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "beside the graphs. `--compile auto` (every command's default) then runs compiled on the "
                     "ranges this measurement found faster, eager on the others; without it, eager.",
         formatter_class=_HelpFormatter)
-    build.add_argument("--model", default="default", help="the generator (as generate's --model)")
-    build.add_argument("--model-revision", metavar="REV", help="as generate's: the hub revision of a hub id")
-    build.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-                       help="as generate's: the graphs are per dtype")
-    build.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    build.add_argument("--threads", type=_threads, metavar="N",
-                       help="CPU threads, as the runs that will use the graphs (default: OMP_NUM_THREADS, else 1)")
+    _machine_options(build, "the graphs are per dtype", "the runs that will use the graphs")
     build.add_argument("--rows", type=_ints, default=[1, 16, 128], metavar="ROWS",
                        help="row counts measured, one per range (default 1,16,128)")
     build.add_argument("--tokens", type=int, default=32, metavar="N", help="decode steps timed per run (default 32)")
@@ -324,12 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "Kept beside the compiled graphs in $SPECREJ_CACHE/compiled, and with --out copied there "
                     "with the CPU's name and the date. The analysis costs each record's recorded steps on it.",
         formatter_class=_HelpFormatter)
-    calibrate.add_argument("--model", default="default", help="the generator (as generate's --model)")
-    calibrate.add_argument("--model-revision", metavar="REV", help="as generate's: the hub revision of a hub id")
-    calibrate.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="as generate's")
-    calibrate.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    calibrate.add_argument("--threads", type=_threads, metavar="N",
-                           help="CPU threads, as the runs it costs (default: OMP_NUM_THREADS, else 1)")
+    _machine_options(calibrate, "the calibration is per dtype", "the runs it costs")
     calibrate.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                            help="as generate's: the step compiled or eager, as the runs it costs")
     calibrate.add_argument("--reward", metavar="SPEC", help="also time this reward's scoring (as generate's --reward)")
