@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from specrej.methods.sr import SPECULATIVE_REJECTION
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
@@ -40,10 +42,11 @@ def study_commands(configfile: Path, alpha: float) -> tuple[list[str], list[str]
     validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))
     pair = config["pairs"][0]
     bon = job_options.reference_args(config, pair, n=16)
-    sr = next(m for m in config["methods"] if m["name"] == "sr")
+    name = SPECULATIVE_REJECTION.name
+    sr = next(m for m in config["methods"] if m["name"] == name)
     params = {k: v[0] for k, v in sr["grid"].items()}
     params["alpha"] = alpha
-    return shlex.split(bon), shlex.split(job_options.method_args(config, pair, "sr", params, sr.get("memory_budget")))
+    return shlex.split(bon), shlex.split(job_options.method_args(config, pair, name, params, sr.get("memory_budget")))
 
 
 def run(jobs: list[tuple[str, list[str]]], folder: Path) -> dict[str, float]:
@@ -85,20 +88,20 @@ def main() -> None:
         bon, sr = [*bon, "--prompts", str(prompts)], [*sr, "--prompts", str(prompts)]
         print("commands: specrej generate " + " ".join(map(shlex.quote, bon)) + " --out ...")
         print("          specrej generate " + " ".join(map(shlex.quote, sr)) + " --out ...")
-        alone, paired = {"bon": [], "sr": []}, {"bon": [], "sr": []}
+        alone, paired = {"shard": [], "method": []}, {"shard": [], "method": []}
         for _ in range(args.repeats):
-            for name, argv in (("bon", bon), ("sr", sr)):
+            for name, argv in (("shard", bon), ("method", sr)):
                 alone[name].append(run([(name, argv)], folder)[name])
-            for name, value in run([("bon", bon), ("sr", sr)], folder).items():
+            for name, value in run([("shard", bon), ("method", sr)], folder).items():
                 paired[name].append(value)
     mean = {k: {n: sum(v) / len(v) for n, v in d.items()} for k, d in (("alone", alone), ("paired", paired))}
     print(f"\nrecorded CPU seconds over {args.prompts} prompts (mean of {args.repeats}):")
     print(f"{'':>14} {'Best-of-16 shard':>18} {'SR a=' + str(args.alpha):>12} {'SR / shard':>12}")
     for condition, values in mean.items():
-        print(f"{condition:>14} {values['bon']:>18.1f} {values['sr']:>12.1f} {values['sr'] / values['bon']:>12.2f}")
-    lean = (mean["alone"]["sr"] / mean["alone"]["bon"]) / (mean["paired"]["sr"] / mean["paired"]["bon"])
-    print(f"\nside by side, the shard slows {mean['paired']['bon'] / mean['alone']['bon']:.2f}x and SR "
-          f"{mean['paired']['sr'] / mean['alone']['sr']:.2f}x: the recorded column gives SR's speedup {lean:.2f}x "
+        print(f"{condition:>14} {values['shard']:>18.1f} {values['method']:>12.1f} {values['method'] / values['shard']:>12.2f}")
+    lean = (mean["alone"]["method"] / mean["alone"]["shard"]) / (mean["paired"]["method"] / mean["paired"]["shard"])
+    print(f"\nside by side, the shard slows {mean['paired']['shard'] / mean['alone']['shard']:.2f}x and SR "
+          f"{mean['paired']['method'] / mean['alone']['method']:.2f}x: the recorded column gives SR's speedup {lean:.2f}x "
           "its dedicated-machine value")
 
 

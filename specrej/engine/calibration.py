@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ..records.step_profile import LAYER_STATES, relative_spread
+from ..records.step_profile import LAYER_STATES
 from .decoding import _layer_buffer, decode_chunk_rows, decode_one_token, prefill
 from .graph_build import MEASURE_PROMPT
 from .graph_cache import artifact_dir
@@ -42,6 +42,11 @@ SCORE_BATCH = 16
 SAMPLER_VARIANTS = {"plain": (1.0, 0, 0, False), "tempered": (0.7, 0, 0, False), "filtered": (1.0, 50, 0, False),
                     "plain+certainty": (1.0, 0, 0, True), "plain+top-logprobs": (1.0, 0, 20, False)}
 FORWARD_VARIANTS = ("plain", LAYER_STATES)
+
+
+def relative_spread(values: Sequence[float]) -> float:
+    """(max - min) / median of a point's repeated measurements."""
+    return (max(values) - min(values)) / statistics.median(values)
 
 
 def calibration_path(forward, threads: int, compile: str) -> Path:

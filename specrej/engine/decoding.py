@@ -212,6 +212,9 @@ class Rollout:
         # the steps it ran, for eq. 7's compute (`records.step_profile`): runs of steps alike in
         # rows sampled, rows fed and variant, at consecutive contexts
         self.step_runs: list[list] = []
+        # each step's variant (`records.step_profile.step_variant`), by whether it keeps every layer's states
+        self.variants = {layers: step_variant(params.temperature, params.top_k, params.top_p, top_logprobs=top_k_logprobs > 0,
+                                              certainty=token_certainty, layer_states=layers) for layers in (False, True)}
         self.top_k_logprobs = top_k_logprobs
         # the last step's rows as they sampled (before finished rows left) and, with top_k_logprobs,
         # the k largest log-probs of the distribution each sampled from
@@ -258,14 +261,8 @@ class Rollout:
             self.layer_states = states
             self.tokens_fed += self.num_rows
             self.positions_attended += self.num_rows * context
-        add_step(self.step_runs, rows_sampled, self.num_rows, context, self.step_variant())
+        add_step(self.step_runs, rows_sampled, self.num_rows, context, self.variants[self.collect_layer_states])
         return finished
-
-    def step_variant(self) -> str:
-        """What this rollout's next step computes beside the plain step (`records.step_profile.step_variant`)."""
-        params = self.params
-        return step_variant(params.temperature, params.top_k, params.top_p, top_logprobs=self.top_k_logprobs > 0,
-                            certainty=self.certainties is not None, layer_states=self.collect_layer_states)
 
     def partial_outputs(self) -> list[RowOutput]:
         """The live rows' responses so far."""

@@ -22,7 +22,7 @@ makes one from two numbers of a data sheet (an estimate, never a measurement).
 
 from __future__ import annotations
 
-import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -69,24 +69,20 @@ def add_step(runs: list[list], rows_sampled: int, rows_fed: int, context: int, v
 def profile(prefills: Sequence[int], decode_runs: Iterable[Sequence[list]], scored_lengths: Iterable[int]) -> dict:
     """A record's ``steps``: the prompt lengths it prefilled, every batch's decode runs in order,
     the scored responses by length."""
-    scored: dict[int, int] = {}
-    for length in scored_lengths:
-        scored[length] = scored.get(length, 0) + 1
     return {"prefill": list(prefills), "decode": [list(run) for runs in decode_runs for run in runs],
-            "scored": [[length, count] for length, count in sorted(scored.items())]}
+            "scored": sorted([length, count] for length, count in Counter(scored_lengths).items())}
 
 
 def merged(profiles: Sequence[Mapping]) -> dict | None:
     """The profiles of several runs (a Best-of-N's shards) as one; None unless every run has one."""
     if not profiles or any(p is None for p in profiles):
         return None
-    scored: dict[int, int] = {}
+    scored = Counter()
     for p in profiles:
-        for length, count in p["scored"]:
-            scored[length] = scored.get(length, 0) + count
+        scored.update({length: count for length, count in p["scored"]})
     return {"prefill": [n for p in profiles for n in p["prefill"]],
             "decode": [list(run) for p in profiles for run in p["decode"]],
-            "scored": [[length, count] for length, count in sorted(scored.items())]}
+            "scored": sorted([length, count] for length, count in scored.items())}
 
 
 def step_counts(steps: Mapping) -> dict:
@@ -204,25 +200,3 @@ def roofline_calibration(peak_flops: float, bandwidth: float, shape: flops.Model
             "sample": {v: {"rows": list(rows), "seconds": [sample(r) for r in rows]} for v in samplers},
             "prefill": {"tokens": tokens, "seconds": [prefill(p) for p in tokens]},
             "score": None}
-
-
-def calibration_matches(calibration: Mapping, params: Mapping) -> list[str]:
-    """What differs between a measured calibration and a record's run (model, dtype, threads,
-    compiled): one phrase each; [] where they agree or the calibration is an estimate."""
-    if calibration.get("estimate"):
-        return []
-    run = calibration.get("run", {})
-    differences = []
-    for key, recorded in (("model", params.get("model")), ("threads", (params.get("threads")))):
-        if key in run and recorded is not None and run[key] != recorded:
-            differences.append(f"{key} {recorded!r} (calibrated: {run[key]!r})")
-    if "compiled" in run and bool(params.get("compiled", False)) != bool(run["compiled"]):
-        differences.append(f"compiled {bool(params.get('compiled', False))} (calibrated: {bool(run['compiled'])})")
-    return differences
-
-
-def relative_spread(values: Sequence[float]) -> float:
-    """(max - min) / median of repeated measurements: the spread a calibration keeps per point."""
-    values = sorted(values)
-    median = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
-    return (values[-1] - values[0]) / median if median else math.inf
