@@ -6,7 +6,8 @@ beside what the study itself reported (results/metrics/summary.csv and bon_equiv
     python -m analysis.costs --calibration FILE RESULTS_DIR [--out FILE.csv]
 
 The run files are those RESULTS_DIR/metrics/runs.csv lists (the study's own analysis ran first);
-the bootstrap is the study's (tables: resamples, seed, confidence), so only the compute differs.
+the bootstrap is the study's (tables: resamples, seed, confidence), so only the compute differs;
+where the calibration keeps its repeats, the intervals hold those on each repeat alone, as the study's.
 """
 
 import argparse
@@ -18,27 +19,41 @@ import pandas as pd
 from analysis.bon_curve import bon_equivalent_compute
 from analysis.io import best_responses_frame, load_trajectories
 from analysis.metrics import bootstrap_draws, method_summary
-from analysis.modelled_compute import calibration_label, load_calibration, with_eq7_compute
+from analysis.modelled_compute import (calibration_label, load_calibration, repeat_calibrations, widened_by_repeats,
+                                      with_eq7_compute)
 from analysis.tables import format_ratio
 
 BY = ["pair_key", "pair", "generator", "reward"]
+REPEAT_KEYS = ["pair_key", "method_label"]
 OUTSIDE = {"above_range": "above the largest Best-of-N", "below_range": "below Bo-N_min"}
 
 
-def costed_runs(runs_table: pd.DataFrame, calibration: dict) -> pd.DataFrame:
-    """The runs frame of the run files `runs_table` (results/metrics/runs.csv) lists, eq. 7's
-    compute their steps on `calibration`."""
+def costed_runs(runs_table: pd.DataFrame, calibration: dict, study_dir: Path = Path(".")) -> pd.DataFrame:
+    """The runs frame of the run files `runs_table` (results/metrics/runs.csv) lists, relative to
+    `study_dir` (the folder the study ran in), eq. 7's compute their steps on `calibration`."""
     meta = runs_table.drop_duplicates("run").set_index("run")[[c for c in BY if c in runs_table.columns]]
-    frames = [best_responses_frame(load_trajectories(path), calibration).assign(run=path, **meta.loc[path].to_dict())
+    missing = [path for path in meta.index if not (study_dir / path).is_file()]
+    if missing:
+        raise FileNotFoundError(2, "not found", str(study_dir / missing[0]))
+    frames = [best_responses_frame(load_trajectories(study_dir / path), calibration).assign(run=path, **meta.loc[path].to_dict())
               for path in meta.index]
     return with_eq7_compute(pd.concat(frames, ignore_index=True), "modelled")
 
 
-def costed_summary(runs: pd.DataFrame, resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
-    """Per configuration: relative compute with its interval and, for the methods, the speedup at equal score."""
-    summary = method_summary(runs, by=BY, n_resamples=resamples, confidence_level=confidence, seed=seed)
-    draws = bootstrap_draws(runs, by=BY, n_resamples=resamples, seed=seed)
-    located = bon_equivalent_compute(summary, by=BY, draws=draws, confidence_level=confidence)
+def costed_summary(runs: pd.DataFrame, resamples: int = 1000, seed: int = 0, confidence: float = 0.95,
+                   by_repeat: list[pd.DataFrame] = ()) -> pd.DataFrame:
+    """Per configuration: relative compute with its interval and, for the methods, the speedup at
+    equal score; the intervals widened to hold those of the same runs costed on each of the
+    calibration's repeats (`by_repeat`, as the study's own summary)."""
+    def located_summary(costed):
+        summary = method_summary(costed, by=BY, n_resamples=resamples, confidence_level=confidence, seed=seed)
+        draws = bootstrap_draws(costed, by=BY, n_resamples=resamples, seed=seed)
+        return summary, bon_equivalent_compute(summary, by=BY, draws=draws, confidence_level=confidence)
+
+    summary, located = located_summary(runs)
+    repeats = [located_summary(costed) for costed in by_repeat]
+    summary = widened_by_repeats(summary, [s for s, _ in repeats], REPEAT_KEYS)
+    located = widened_by_repeats(located, [l for _, l in repeats], REPEAT_KEYS)
     speedups = located.set_index(["pair", "method_label"])[["compute_speedup", "compute_speedup_lo",
                                                             "compute_speedup_hi", "bon_equivalent_status"]]
     return summary.join(speedups, on=["pair", "method_label"])
@@ -82,11 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         calibration = load_calibration(args.calibration)
         runs_table = pd.read_csv(runs_path, dtype={"prompt_id": str})
-        table = comparison(costed_summary(costed_runs(runs_table, calibration), args.resamples),
-                           _reported(args.results))
+        # runs.csv names the run files from the folder the study ran in: the results folder's parent
+        # where it is not the current one
+        study_dir = Path(".") if all(Path(p).is_file() for p in runs_table["run"].unique()) else args.results.parent
+        repeats = [costed_runs(runs_table, repeat, study_dir) for repeat in repeat_calibrations(calibration)]
+        table = comparison(costed_summary(costed_runs(runs_table, calibration, study_dir), args.resamples,
+                                          by_repeat=repeats), _reported(args.results))
     except FileNotFoundError as error:
         print(f"analysis.costs: error: {error.filename} not found (run the study's analysis first: "
-              f"{runs_path} lists its run files)", file=sys.stderr)
+              f"{runs_path} lists its run files, from the folder the study ran in)", file=sys.stderr)
         return 2
     except (ValueError, KeyError) as error:
         print(f"analysis.costs: error: {error}", file=sys.stderr)

@@ -1,6 +1,9 @@
 """Eq. 7's compute modelled from the records' steps (``specrej.records.step_profile``), beside the
 measured CPU seconds as a check: the calibration files, and how far each run file's measured
-seconds lie from what its steps cost on the calibration."""
+seconds lie from what its steps cost on the calibration. A calibration's repeats, each taken alone
+(``repeat_calibrations``), cost the same steps again: the intervals of what eq. 7's compute gives
+are widened to hold theirs (``widened_by_repeats``), so they cover the calibration's noise as well
+as the prompts'."""
 
 import json
 from collections.abc import Mapping
@@ -12,6 +15,9 @@ import pandas as pd
 # machine was disturbed while it ran (the summary says so in one line)
 CHECK_RANGE = (0.8, 1.25)
 COMPUTE_MEASURES = ("modelled", "work", "wall", "flops")
+REPEAT_COLUMN = "modelled_s_repeat{}"  # runs.csv: each record's steps costed on the calibration's k-th repeat
+# what eq. 7's compute gives, each with its interval (<name>_lo, <name>_hi): summary.csv's, bon_equivalent.csv's
+MODELLED_ESTIMATES = ("relative_compute", "speedup_vs_largest_bon", "bon_equivalent_compute", "compute_speedup")
 
 
 def load_calibration(path: str | Path) -> dict:
@@ -21,6 +27,56 @@ def load_calibration(path: str | Path) -> dict:
     if missing:
         raise ValueError(f"{path} is not a calibration (no {', '.join(missing)}): make one with specrej calibrate")
     return calibration
+
+
+def repeat_calibrations(calibration: Mapping) -> list[dict]:
+    """`calibration` once per repeat, each point's seconds that repeat's alone (its tables'
+    ``by_repeat``); none where a table does not keep its repeats (a roofline estimate, an older file)."""
+    tables = [*calibration["forward"].values(), *calibration["sample"].values(), calibration["prefill"]]
+    tables += [calibration["score"]] if calibration.get("score") else []
+    if not all("by_repeat" in table for table in tables):
+        return []
+
+    def nth(values, k):
+        return [nth(v, k) for v in values] if isinstance(values[0], list) and isinstance(values[0][0], list) \
+            else [v[k] for v in values]
+
+    def table_at(table, k):
+        return {**table, "seconds": nth(table["by_repeat"], k)}
+
+    return [{**calibration,
+             "forward": {name: table_at(t, k) for name, t in calibration["forward"].items()},
+             "sample": {name: table_at(t, k) for name, t in calibration["sample"].items()},
+             "prefill": table_at(calibration["prefill"], k),
+             **({"score": table_at(calibration["score"], k)} if calibration.get("score") else {})}
+            for k in range(int(calibration["repeats"]))]
+
+
+def widened_by_repeats(table: pd.DataFrame, by_repeat: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
+    """`table` (summary.csv or bon_equivalent.csv rows, eq. 7's compute on the calibration's medians)
+    with each interval of ``MODELLED_ESTIMATES`` widened to hold the same interval in every table of
+    `by_repeat` (the same rows, costed on one repeat each), an ``_is_bound`` end a bound where any
+    was, and ``<name>_repeats_lo`` / ``_repeats_hi``: the least and largest estimate over the repeats."""
+    if not by_repeat:
+        return table
+    out = table.reset_index(drop=True)
+    indexed = [other.set_index(keys) for other in by_repeat]
+    at = pd.MultiIndex.from_frame(out[keys]) if len(keys) > 1 else pd.Index(out[keys[0]])
+    for name in (n for n in MODELLED_ESTIMATES if n in out.columns):
+        estimates = pd.concat([other[name].reindex(at).reset_index(drop=True) for other in indexed], axis=1)
+        out[f"{name}_repeats_lo"], out[f"{name}_repeats_hi"] = estimates.min(axis=1).values, estimates.max(axis=1).values
+        for end, pick in (("lo", "min"), ("hi", "max")):
+            column = f"{name}_{end}"
+            if column not in out.columns:
+                continue
+            ends = pd.concat([out[column]] + [other[column].reindex(at).reset_index(drop=True) for other in indexed], axis=1)
+            out[column] = getattr(ends, pick)(axis=1).values
+            bound = f"{column}_is_bound"
+            if bound in out.columns:
+                flags = pd.concat([out[bound]] + [other[bound].reindex(at).reset_index(drop=True) for other in indexed],
+                                  axis=1)
+                out[bound] = flags.fillna(False).astype(bool).any(axis=1).values
+    return out
 
 
 def with_eq7_compute(runs: pd.DataFrame, compute: str) -> pd.DataFrame:
@@ -73,9 +129,12 @@ def check_sentence(check: pd.DataFrame) -> str:
 def compute_note(calibrations: list[Mapping], check: pd.DataFrame) -> str:
     """The summary's words on a modelled eq. 7: what it was costed on, why that column, the check."""
     labels = ", ".join(dict.fromkeys(calibration_label(c) for c in calibrations))
+    repeats = sorted({len(repeat_calibrations(c)) for c in calibrations})
+    widened = (f" Its intervals hold the prompts' bootstrap on the calibration's medians and on each of its "
+               f"{'/'.join(map(str, repeats))} repeats alone (the calibration's own noise)." if repeats and repeats[0] else "")
     return (f"Modelled on this machine's calibration ({labels}), measured alone, as the paper's dedicated GPU: "
-            "the same numbers on every rerun of these records. The measured CPU seconds beside it are the jobs' "
-            "own, two at a time, where a neighbour slows small steps more than large ones "
+            f"the same numbers on every rerun of these records.{widened} The measured CPU seconds beside it are the "
+            "jobs' own, two at a time, where a neighbour slows small steps more than large ones "
             "(benchmarks/pairing_bias.py). " + check_sentence(check))
 
 

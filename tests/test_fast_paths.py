@@ -561,6 +561,18 @@ def test_the_decode_attention_kernel_matches_softmax_attention_in_float64(dtype)
         assert torch.allclose(total, expected @ values, atol=2 * atol)
 
 
+def test_a_ranges_measurement_is_added_to_those_kept_not_put_in_their_place(tmp_path):
+    """A study builds its row ranges in separate jobs: each one's measurement joins the others'."""
+    from specrej.engine.graph_cache import read_measurement, write_measurement
+
+    first = {"rows": 16, "eager_s": 2.0, "compiled_s": 1.0}
+    write_measurement(tmp_path / "graphs", {"threads": 1, "tokens": 8, "ranges": {"2-64": first}})
+    write_measurement(tmp_path / "graphs", {"threads": 1, "tokens": 8, "ranges": {"1": {**first, "rows": 1}}})
+    write_measurement(tmp_path / "graphs", {"threads": 2, "tokens": 8, "ranges": {"65-": {**first, "rows": 128}}})
+    assert read_measurement(tmp_path / "graphs", 1)["ranges"] == {"2-64": first, "1": {**first, "rows": 1}}
+    assert list(read_measurement(tmp_path / "graphs", 2)["ranges"]) == ["65-"]  # another thread count: its own
+
+
 def test_specrej_compile_builds_the_graphs_and_auto_follows_its_measurement(model_dir, tmp_path, monkeypatch, capsys):
     """`specrej compile` builds a range's graphs and keeps eager and compiled step times beside them;
     --compile auto then runs compiled on exactly the ranges whose graphs are there and whose

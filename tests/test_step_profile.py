@@ -159,12 +159,23 @@ def test_a_roofline_step_costs_its_weights_read_until_the_rows_make_it_compute_b
     assert calibration["estimate"] is True and "not a measurement" in calibration["condition"]
 
 
+def test_a_calibration_point_is_timed_in_whole_runs_until_they_cover_its_least_seconds():
+    from specrej.engine.calibration import _per_step
+
+    # runs of 2 steps at 10, 30, 20 ms a step: 0.02 s, then 0.08 s, then 0.12 s >= 0.1 s: three runs
+    runs = iter([0.01, 0.03, 0.02, 0.5])
+    calls = []
+    per_step = _per_step(lambda: calls.append(1) or next(runs), steps=2, min_seconds=0.1)
+    assert len(calls) == 3 and per_step == pytest.approx(0.02)
+    assert _per_step(lambda: 0.5, steps=2, min_seconds=0) == 0.5  # one run at the least
+
+
 def test_specrej_calibrate_measures_every_variant_and_costs_a_run_of_its_engine(generator_dir, prompts_file, tmp_path,
                                                                                monkeypatch, capsys):
     monkeypatch.setenv("SPECREJ_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "calibration.json"
     argv = ["calibrate", "--model", str(generator_dir), "--compile", "off", "--reward", "logprob", "--rows", "1,4,8",
-            "--contexts", "16,48", "--steps", "2", "--repeats", "2", "--out", str(out)]
+            "--contexts", "16,48", "--steps", "2", "--min-seconds", "0", "--repeats", "2", "--out", str(out)]
     assert main(argv) == 0
     calibration = json.loads(out.read_text())
     assert calibration["run"]["threads"] == 1 and calibration["run"]["compiled"] is False

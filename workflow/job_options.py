@@ -66,14 +66,28 @@ def graphs_name(config: dict, generator: str) -> str:
     return f"{model_name(g['model'])}--{generator_dtype(config, g)}"
 
 
-def compile_args(config: dict, generator: str) -> str:
-    """`specrej compile` options of the compiled_graphs job of `generator` (all but --threads and --out):
-    built and measured once per machine (--if-missing), at the generation jobs' dtype and device. Eager
-    against compiled is timed over 8 steps, twice (not 32, three times): the generation jobs wait on
-    this job, and the choice it makes (compiled 1.2-1.7x faster on the CPUs measured) does not need more."""
+# the compiled step's row ranges (specrej.engine.compiled.ALL_RANGES) by the rows each is built and
+# measured at: one compiled_graphs job each
+GRAPH_ROWS = {"1": 1, "2-64": 16, "65-": 128}
+
+
+def graph_rows(largest_rows: int | None = None) -> list[int]:
+    """The rows of the compiled_graphs jobs that a generation job waits on: those of the ranges at or
+    below `largest_rows` (rows only shrink: finished rows leave the batch), every range where a job's
+    largest batch is not known before it runs (None)."""
+    low = {"1": 1, "2-64": 2, "65-": 65}
+    return [rows for name, rows in GRAPH_ROWS.items() if largest_rows is None or low[name] <= largest_rows]
+
+
+def compile_args(config: dict, generator: str, rows: int) -> str:
+    """`specrej compile` options of the compiled_graphs job of `generator`'s row range at `rows` (all
+    but --threads and --out): built and measured once per machine (--if-missing), at the generation
+    jobs' dtype and device. Eager against compiled is timed over 8 steps, twice (not 32, three
+    times): generation jobs wait on this job, and the choice it makes (compiled 1.1-1.7x faster on
+    the CPUs measured) does not need more."""
     g = config["generators"][generator]
     return join_args(["--model", g["model"], *revision_args("model", g), "--dtype", generator_dtype(config, g),
-                      "--device", config["device"], "--tokens", 8, "--repeats", 2, "--if-missing"])
+                      "--device", config["device"], "--rows", rows, "--tokens", 8, "--repeats", 2, "--if-missing"])
 
 
 def calibrate_args(config: dict, pair: dict) -> str:
@@ -86,7 +100,8 @@ def calibrate_args(config: dict, pair: dict) -> str:
     return join_args(["--model", g["model"], *revision_args("model", g), "--dtype", generator_dtype(config, g),
                       "--device", config["device"], "--compile", compile_setting(g), *reward,
                       "--rows", _text(grid["rows"]), "--contexts", _text(grid["contexts"]),
-                      "--steps", grid["steps"], "--repeats", grid["repeats"], "--if-missing"])
+                      "--steps", grid["steps"], "--min-seconds", grid["min_seconds"], "--repeats", grid["repeats"],
+                      "--if-missing"])
 
 
 def revision_args(model: str, entry: dict) -> list:

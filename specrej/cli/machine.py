@@ -60,6 +60,8 @@ def calibrate(args: argparse.Namespace) -> None:
 
     if args.steps < 1 or args.repeats < 1 or not args.rows or min(args.rows) < 1 or min(args.contexts) < 2:
         raise SpecrejError("--rows, --steps and --repeats must be 1 or more, --contexts 2 or more")
+    if args.min_seconds < 0:
+        raise SpecrejError("--min-seconds must be 0 or more")
     if args.out:
         _refuse_overwriting_other_than(args.out, "kind", "a specrej calibration")
     if args.roofline:
@@ -72,7 +74,7 @@ def calibrate(args: argparse.Namespace) -> None:
            "threads": torch.get_num_threads(), "compile": args.compile, "compiled": engine.compiled,
            "compiled_ranges": sorted(engine.forward.ranges) if engine.compiled else [],
            "grid": {"rows": sorted(set(args.rows)), "contexts": sorted(set(args.contexts)), "steps": args.steps,
-                    "repeats": args.repeats}}
+                    "min_seconds": args.min_seconds, "repeats": args.repeats}}
     where = calibration_path(engine.forward, run["threads"], args.compile)
     print(f"specrej calibrate: {args.model}, {run['dtype']} on {engine.device}, {run['threads']} thread(s), "
           f"{'compiled on ' + ', '.join(run['compiled_ranges']) + ' rows' if engine.compiled else 'eager'}", flush=True)
@@ -85,7 +87,7 @@ def calibrate(args: argparse.Namespace) -> None:
         started = time.perf_counter()
         calibration = {"kind": "measured", "cpu": cpu_name(), "run": run, "condition": args.condition,
                        **measure(engine, rows=args.rows, contexts=args.contexts, steps=args.steps,
-                                 repeats=args.repeats, progress=progress),
+                                 repeats=args.repeats, min_seconds=args.min_seconds, progress=progress),
                        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                        "measure_s": round(time.perf_counter() - started, 1), "scores": {}}
     if reward is not None and args.reward not in calibration["scores"]:

@@ -338,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--contexts", type=_ints, default=[64, 192], metavar="TOKENS",
                            help="contexts (prompt and response tokens) measured (default 64,192)")
     calibrate.add_argument("--steps", type=int, default=4, metavar="N", help="steps timed per point (default 4)")
+    calibrate.add_argument("--min-seconds", type=float, default=0.25, metavar="S",
+                           help="and at least this many seconds of the clock per point and repeat, in whole runs of "
+                                "--steps steps (default 0.25)")
     calibrate.add_argument("--repeats", type=int, default=3, metavar="N",
                            help="repeats, interleaved; the median kept (default 3)")
     calibrate.add_argument("--condition", default="alone",

@@ -10,9 +10,13 @@ device's compute clock (the process's CPU seconds on a CPU, device seconds on CU
 - the prefill by prompt length;
 - the reward's scoring by response length (seconds per response, in batches of `SCORE_BATCH`).
 
-Repeats are interleaved (every grid point once, then again), each point's median kept with its
-relative spread, (max - min) / median. The reference condition is one job alone on the machine
-(the paper's dedicated GPU): the workflow runs the calibration with every core held.
+Each point is timed over at least `steps` steps and at least `min_seconds` seconds of the clock
+(whole runs of `steps` steps, repeated: a 1-row sampler step takes milliseconds, and a few of
+them are mostly noise). Repeats are interleaved (every grid point once, then again), each point's
+median kept with its relative spread, (max - min) / median, and its repeats in measuring order
+(`by_repeat`: the analysis costs the records on each repeat alone too, and the headline's interval
+holds what that moves). The reference condition is one job alone on the machine (the paper's
+dedicated GPU): the workflow runs the calibration with every core held.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ CONTEXTS = (64, 192)
 PREFILL_TOKENS = (16, 48, 96, 160, 256)
 SCORE_TOKENS = (8, 32, 64)
 SCORE_BATCH = 16
+MIN_SECONDS = 0.25  # the least compute-clock time a grid point is timed for, per repeat
 # each sampler variant's settings: temperature, top-k, and what else it reads off each distribution
 SAMPLER_VARIANTS = {"plain": (1.0, 0, 0, False), "tempered": (0.7, 0, 0, False), "filtered": (1.0, 50, 0, False),
                     "plain+certainty": (1.0, 0, 0, True), "plain+top-logprobs": (1.0, 0, 20, False)}
@@ -86,6 +91,15 @@ class _Clock:
             torch.cuda.synchronize()
             return time.perf_counter()
         return time.process_time()
+
+
+def _per_step(time_run: Callable[[], float], steps: int, min_seconds: float) -> float:
+    """Seconds per step from `time_run` (seconds per step over one run of `steps` steps), run again
+    until the runs cover `min_seconds` of the clock: their mean."""
+    per_step = [time_run()]
+    while sum(per_step) * steps < min_seconds:
+        per_step.append(time_run())
+    return statistics.fmean(per_step)
 
 
 def _prompt_ids(engine, length: int) -> list[int]:
@@ -142,8 +156,17 @@ def measure_score(engine, reward, *, tokens: Sequence[int] = SCORE_TOKENS, repea
         for n, kept in times.items():
             kept.append(_score_once(reward, engine, n, clock))
     progress(f"calibration: the reward's scoring at {', '.join(map(str, tokens))} tokens")
-    return {"tokens": list(tokens), "seconds": [statistics.median(times[n]) for n in tokens],
-            "spread": [relative_spread(times[n]) for n in tokens]}
+    return {"tokens": list(tokens), **_summarised([times[n] for n in tokens])}
+
+
+def _summarised(points: list) -> dict:
+    """A table's points (lists of repeated measurements, nested by the table's axes): each point's
+    median ("seconds"), relative spread ("spread") and every repeat in measuring order ("by_repeat"),
+    from which the analysis costs the records on each repeat alone."""
+    def each(nested, summary):
+        return [each(item, summary) for item in nested] if nested and isinstance(nested[0], list) else summary(nested)
+    return {"seconds": each(points, statistics.median), "spread": each(points, relative_spread),
+            "by_repeat": each(points, list)}
 
 
 def _score_once(reward, engine, length: int, clock: _Clock) -> float:
@@ -160,7 +183,7 @@ def _score_once(reward, engine, length: int, clock: _Clock) -> float:
 def measure(engine, *, rows: Sequence[int] = ROWS, contexts: Sequence[int] = CONTEXTS, steps: int = 4,
             repeats: int = 3, samplers: Sequence[str] = tuple(SAMPLER_VARIANTS),
             forwards: Sequence[str] = FORWARD_VARIANTS, prefill_tokens: Sequence[int] = PREFILL_TOKENS,
-            progress: Callable[[str], None] = print) -> dict:
+            min_seconds: float = MIN_SECONDS, progress: Callable[[str], None] = print) -> dict:
     """`engine`'s step costs on this machine (the module's docstring): the forward, sampler and
     prefill tables of a calibration."""
     clock = _Clock(engine.device)
@@ -181,10 +204,12 @@ def measure(engine, *, rows: Sequence[int] = ROWS, contexts: Sequence[int] = CON
     for repeat in range(repeats):
         started = time.perf_counter()
         for (variant, r, c), kept in forward_times.items():
-            kept.append(_forward_steps(engine, prompts[c], r, steps, variant == LAYER_STATES, clock))
+            kept.append(_per_step(lambda: _forward_steps(engine, prompts[c], r, steps, variant == LAYER_STATES, clock),
+                                  steps, min_seconds))
         hidden = prompts[contexts[0]].hidden
         for (variant, r), kept in sample_times.items():
-            kept.append(_sample_steps(engine, hidden.expand(r, -1).contiguous(), variant, steps, clock))
+            rows_hidden = hidden.expand(r, -1).contiguous()
+            kept.append(_per_step(lambda: _sample_steps(engine, rows_hidden, variant, steps, clock), steps, min_seconds))
         for p, kept in prefill_times.items():
             kept.append(_prefill_once(engine, _prompt_ids(engine, p), clock))
         progress(f"calibration: repeat {repeat + 1} of {repeats} ({time.perf_counter() - started:.0f} s)")
@@ -193,14 +218,11 @@ def measure(engine, *, rows: Sequence[int] = ROWS, contexts: Sequence[int] = CON
     calibration = {
         "kind": "measured", "estimate": False,
         "forward": {f: {"rows": forward_rows[f], "contexts": actual_contexts,
-                        "seconds": [[statistics.median(forward_times[f, r, c]) for c in contexts] for r in forward_rows[f]],
-                        "spread": [[relative_spread(forward_times[f, r, c]) for c in contexts] for r in forward_rows[f]]}
+                        **_summarised([[forward_times[f, r, c] for c in contexts] for r in forward_rows[f]])}
                     for f in forwards},
-        "sample": {v: {"rows": rows, "seconds": [statistics.median(sample_times[v, r]) for r in rows],
-                       "spread": [relative_spread(sample_times[v, r]) for r in rows]} for v in samplers},
-        "prefill": {"tokens": list(prefill_tokens), "seconds": [statistics.median(prefill_times[p]) for p in prefill_tokens],
-                    "spread": [relative_spread(prefill_times[p]) for p in prefill_tokens]},
-        "steps_per_point": steps, "repeats": repeats,
+        "sample": {v: {"rows": rows, **_summarised([sample_times[v, r] for r in rows])} for v in samplers},
+        "prefill": {"tokens": list(prefill_tokens), **_summarised([prefill_times[p] for p in prefill_tokens])},
+        "steps_per_point": steps, "min_seconds": min_seconds, "repeats": repeats,
     }
     # the step's own spread, the forward's and the sampler's (not the scoring's: microseconds, all noise)
     spreads = [s for table in calibration["forward"].values() for row in table["spread"] for s in row]

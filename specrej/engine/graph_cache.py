@@ -166,7 +166,16 @@ def measurement_path(artifacts: Path, threads: int) -> Path:
 
 
 def write_measurement(artifacts: Path, measurement: dict) -> Path:
-    return write_json(measurement_path(artifacts, measurement["threads"]), measurement)
+    """`measurement` kept beside the graphs, its ranges added to those measured before at the same
+    threads (a study builds its row ranges in separate jobs, side by side): read, merged and
+    replaced under the measurement's lock."""
+    from ..models.cache import entry_lock
+
+    path = measurement_path(artifacts, measurement["threads"])
+    artifacts.mkdir(parents=True, exist_ok=True)
+    with entry_lock(path, "the compiled graphs' measurement"):
+        kept = read_measurement(artifacts, measurement["threads"]) or {}
+        return write_json(path, {**measurement, "ranges": {**kept.get("ranges", {}), **measurement["ranges"]}})
 
 
 def write_json(path: Path, data: dict) -> Path:

@@ -9,7 +9,8 @@ import pytest
 
 from analysis import costs
 from analysis.io import best_responses_frame
-from analysis.modelled_compute import check_sentence, compute_check, with_eq7_compute
+from analysis.modelled_compute import (check_sentence, compute_check, repeat_calibrations, widened_by_repeats,
+                                      with_eq7_compute)
 
 # one row of 1 s per step whatever its rows and context; prefill 1 s; sampling and scoring free
 FLAT = {"forward": {"plain": {"rows": [1, 128], "contexts": [1, 1000], "seconds": [[1.0, 1.0], [1.0, 1.0]]}},
@@ -85,3 +86,38 @@ def test_a_study_costed_on_another_calibration(tmp_path, capsys):
         assert table.loc["Bo32", "relative_compute"] == pytest.approx(2.0)
     assert "Costed on:" in capsys.readouterr().out
     assert costs.main([str(tmp_path / "nowhere"), "--calibration", str(path)]) == 2
+
+
+def test_each_repeat_of_a_calibration_costs_the_steps_alone():
+    # forward 1 s a step in repeat 1, 3 s in repeat 2 (median 2); prefill 1 s, then 2 s
+    calibration = {"repeats": 2,
+                   "forward": {"plain": {"rows": [1, 128], "contexts": [1, 1000], "seconds": [[2.0, 2.0], [2.0, 2.0]],
+                                         "by_repeat": [[[1.0, 3.0], [1.0, 3.0]], [[1.0, 3.0], [1.0, 3.0]]]}},
+                   "sample": {"plain": {"rows": [1, 128], "seconds": [0.0, 0.0], "by_repeat": [[0.0, 0.0], [0.0, 0.0]]}},
+                   "prefill": {"tokens": [1, 1000], "seconds": [1.5, 1.5], "by_repeat": [[1.0, 2.0], [1.0, 2.0]]},
+                   "score": None}
+    steps = {"prefill": [10], "decode": [[16, 16, 11, 4, "plain"]], "scored": []}  # one prefill, 4 steps
+    costed = [best_responses_frame([record(0, "sr", {}, "SR", steps, 9.0, 1.0)], c).loc[0, "modelled_s"]
+              for c in [calibration, *repeat_calibrations(calibration)]]
+    assert costed == [1.5 + 4 * 2.0, 1.0 + 4 * 1.0, 2.0 + 4 * 3.0]
+    assert repeat_calibrations({**FLAT, "repeats": 3}) == []  # no repeats kept: none to cost on
+
+
+def test_intervals_widen_to_hold_every_repeats_and_a_bound_stays_a_bound():
+    keys = ["pair_key", "method_label"]
+    main = pd.DataFrame({"pair_key": ["p", "p"], "method_label": ["SR", "Bo32"], "compute_speedup": [3.0, np.nan],
+                         "compute_speedup_lo": [2.0, np.nan], "compute_speedup_hi": [4.0, np.nan],
+                         "compute_speedup_hi_is_bound": [False, False], "relative_compute": [2.0, 2.0],
+                         "relative_compute_lo": [1.9, 2.0], "relative_compute_hi": [2.1, 2.0]})
+    # the same rows in another order, each repeat's estimates
+    first = main.iloc[::-1].assign(compute_speedup=[np.nan, 2.8], compute_speedup_lo=[np.nan, 1.8],
+                                   compute_speedup_hi=[np.nan, 3.9], relative_compute_lo=[2.0, 1.95])
+    second = main.assign(compute_speedup=[3.3, np.nan], compute_speedup_hi=[4.5, np.nan],
+                         compute_speedup_hi_is_bound=[True, False], relative_compute_hi=[2.2, 2.0])
+    widened = widened_by_repeats(main, [first, second], keys).set_index("method_label")
+    assert widened.loc["SR", ["compute_speedup", "compute_speedup_lo", "compute_speedup_hi"]].tolist() == [3.0, 1.8, 4.5]
+    assert widened.loc["SR", "compute_speedup_hi_is_bound"] and not widened.loc["Bo32", "compute_speedup_hi_is_bound"]
+    assert widened.loc["SR", ["compute_speedup_repeats_lo", "compute_speedup_repeats_hi"]].tolist() == [2.8, 3.3]
+    assert widened.loc["SR", ["relative_compute_lo", "relative_compute_hi"]].tolist() == [1.9, 2.2]
+    assert widened.loc["Bo32", ["relative_compute_lo", "relative_compute_hi"]].tolist() == [2.0, 2.0]
+    assert widened_by_repeats(main, [], keys) is main

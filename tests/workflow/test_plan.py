@@ -346,8 +346,8 @@ def test_a_generator_under_compile_auto_builds_its_graphs_once_per_model_and_dty
     """The compiled_graphs job: under compile auto with build_graphs (the defaults), not under on or
     off, not with build_graphs false or a generator's own code; one per model and dtype."""
     assert config["generators"]["g"]["build_graphs"] is True and job_options.builds_graphs(config, "g")
-    assert job_options.compile_args(config, "g") == ("--model gen-model --dtype auto --device auto --tokens 8 "
-                                                     "--repeats 2 --if-missing")
+    assert job_options.compile_args(config, "g", 16) == ("--model gen-model --dtype auto --device auto --rows 16 "
+                                                         "--tokens 8 --repeats 2 --if-missing")
     config["generators"]["same"] = {**config["generators"]["g"], "label": "same model"}
     config["generators"]["bf16"] = {**config["generators"]["g"], "dtype": "bfloat16"}
     assert job_options.graphs_name(config, "same") == job_options.graphs_name(config, "g")
@@ -357,15 +357,28 @@ def test_a_generator_under_compile_auto_builds_its_graphs_once_per_model_and_dty
         assert not job_options.builds_graphs(config, "g")
 
 
+def test_a_job_waits_on_the_graphs_of_the_row_ranges_its_batch_uses():
+    """One compiled_graphs job per row range of the step (specrej.engine.compiled): a Best-of-16 job
+    runs on 1 to 16 rows (finished rows leave), so it waits on the 1-row and 2-64 ranges; 65 rows on
+    all three; a job whose largest batch is not known before it runs, on all three."""
+    from specrej.engine.compiled import ALL_RANGES, row_range
+
+    assert {row_range(rows) for rows in job_options.GRAPH_ROWS.values()} == set(ALL_RANGES)
+    assert all(row_range(rows) == name for name, rows in job_options.GRAPH_ROWS.items())
+    assert job_options.graph_rows(16) == [1, 16] and job_options.graph_rows(1) == [1]
+    assert job_options.graph_rows(64) == [1, 16] and job_options.graph_rows(65) == [1, 16, 128]
+    assert job_options.graph_rows(None) == [1, 16, 128]
+
+
 def test_a_pairs_calibration_measures_its_generator_as_the_runs_use_it_and_its_rewards_scoring(config):
     """The calibrate job: the generator's dtype, device and compile setting, the pair's reward (not a
     reward model that runs its own code), the config's grid, once per machine."""
-    config["calibration"] = {"rows": [1, 16, 128], "contexts": [64, 192], "steps": 4, "repeats": 3}
+    config["calibration"] = {"rows": [1, 16, 128], "contexts": [64, 192], "steps": 4, "min_seconds": 0.25, "repeats": 3}
     pair = config["pairs"][1]
     reward = config["rewards"][pair["reward"]]
     args = job_options.calibrate_args(config, pair)
     assert args == (f"--model gen-model --dtype auto --device auto --compile auto --reward {reward['model']} "
-                    "--rows 1,16,128 --contexts 64,192 --steps 4 --repeats 3 --if-missing")
+                    "--rows 1,16,128 --contexts 64,192 --steps 4 --min-seconds 0.25 --repeats 3 --if-missing")
     config["rewards"][pair["reward"]] = {**reward, "trust_remote_code": True}
     assert "--reward" not in job_options.calibrate_args(config, pair)
     from specrej.cli.parser import build_parser  # the CLI takes every option it is given

@@ -214,15 +214,23 @@ def calibration_fit(pair):
     return [plan.calibration_fit_file(RESULTS, pair)] if CALIBRATION_CHUNKS else []
 
 
-def pair_model_files(wildcards):
-    """The fetch markers of the models a job of this pair loads, and its generator's compiled-graphs
-    marker where it builds them (job_options.builds_graphs); ancient, so a model fetched again or
+def pair_model_files(wildcards, largest_rows=None):
+    """The fetch markers of the models a job of this pair loads, and where its generator's graphs are
+    built (job_options.builds_graphs) the markers of the row ranges' graphs it runs on, those at or
+    below `largest_rows` (every range where that is not known); ancient, so a model fetched again or
     graphs built again (a new machine, an emptied cache) rerun no finished job."""
     pair = PAIRS[wildcards.pair]
     files = [f"{RESULTS}/models/{name}.json" for name in plan.pair_models(config, pair)]
     if job_options.builds_graphs(config, pair["generator"]):
-        files.append(f"{RESULTS}/graphs/{job_options.graphs_name(config, pair['generator'])}.json")
+        graphs = job_options.graphs_name(config, pair["generator"])
+        files += [f"{RESULTS}/graphs/{graphs}/rows-{rows}.json" for rows in job_options.graph_rows(largest_rows)]
     return [ancient(path) for path in files]
+
+
+def reference_model_files(wildcards):
+    """pair_model_files of a Best-of-N job: its batch of n responses is known, so it waits only on the
+    graphs of the ranges at or below n (the first to be built), not on the larger batches' graphs."""
+    return pair_model_files(wildcards, int(wildcards.n) if "n" in wildcards.keys() else PLAN.reference["shard_size"])
 
 
 def graphs_generator(wildcards):

@@ -9,7 +9,7 @@ rule reference_shard:
     """One shard of the reference entry's shard_size responses with its own seed (seed + k): the paper's one GPU job."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
-        models=pair_model_files,
+        models=reference_model_files,
     output:
         f"{RESULTS}/runs/{{pair}}/{REFERENCE_DIR}/shard{{k}}/{{chunk}}.jsonl",
     params:
@@ -31,7 +31,7 @@ rule reference_direct:
     """Best-of-N below one shard (or without shards): one run of N responses."""
     input:
         prompts=f"{RESULTS}/prompts/chunks/{{chunk}}.jsonl",
-        models=pair_model_files,
+        models=reference_model_files,
     output:
         f"{RESULTS}/runs/{{pair}}/{REFERENCE_DIR}/n{{n}}/{{chunk}}.jsonl",
     params:

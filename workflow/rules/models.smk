@@ -24,21 +24,25 @@ rule fetch_model:
 
 
 rule compiled_graphs:
-    """`specrej compile --if-missing` for one model and dtype of a generator under compile auto
-    (job_options.builds_graphs): this machine's compiled graphs built and measured against eager once,
-    before the generation jobs, which then run compiled where that measurement says it is faster; its
-    output keeps the measurement. A later study finds the graphs and re-times nothing."""
+    """`specrej compile --if-missing --rows ROWS` for one model and dtype of a generator under compile
+    auto (job_options.builds_graphs), one job per row range of the compiled step (job_options.GRAPH_ROWS):
+    the range's graphs built and measured against eager once on this machine, before the generation
+    jobs that run on it, which then run compiled there where that measurement says it is faster; its
+    output keeps the measurement. Best-of-N's jobs wait on the small ranges' only, so the largest is
+    built beside them. A later study finds the graphs and re-times nothing."""
     input:
         lambda wildcards: ancient(
             f"{RESULTS}/models/{plan.model_name(config['generators'][graphs_generator(wildcards)]['model'])}.json"),
     output:
-        f"{RESULTS}/graphs/{{graphs}}.json",
+        f"{RESULTS}/graphs/{{graphs}}/rows-{{rows}}.json",
+    wildcard_constraints:
+        rows="|".join(map(str, job_options.GRAPH_ROWS.values())),
     params:
-        args=lambda wildcards: job_options.compile_args(config, graphs_generator(wildcards)),
+        args=lambda wildcards: job_options.compile_args(config, graphs_generator(wildcards), int(wildcards.rows)),
     log:
-        f"{RESULTS}/logs/compiled_graphs/{{graphs}}.log",
+        f"{RESULTS}/logs/compiled_graphs/{{graphs}}/rows-{{rows}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/compiled_graphs/{{graphs}}.tsv"
+        f"{RESULTS}/benchmarks/compiled_graphs/{{graphs}}/rows-{{rows}}.tsv"
     threads: config["resources"]["generate"]["threads"]
     resources:
         gpu=config["resources"]["generate"]["gpu"],

@@ -5,8 +5,9 @@ prompts that run answered: 0 marks a method setting that completed no response a
 tables show as such (analysis.tables.unanswered_runs). Labels (pair, generator, reward) are the
 config's display names. eq. 7's compute (`work_s`) is what figures.figure3.compute names: with
 "modelled", each record's steps costed on its pair's calibration (results/calibration/<pair>.json),
-the measured CPU seconds kept beside it (`cpu_s`); results/metrics/compute_check.csv gives each run
-file's measured / modelled ratio."""
+the measured CPU seconds kept beside it (`cpu_s`), and on each of the calibration's repeats alone
+(`modelled_s_repeat1`, ..., which widen the intervals: method_summary); results/metrics/compute_check.csv
+gives each run file's measured / modelled ratio."""
 
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.io import best_responses_frame, failed_prompts, load_trajectories, record_configuration
-from analysis.modelled_compute import compute_check, load_calibration, with_eq7_compute
+from analysis.modelled_compute import (REPEAT_COLUMN, compute_check, load_calibration, repeat_calibrations,
+                                      with_eq7_compute)
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 meta = snakemake.params.meta  # noqa: F821
@@ -33,7 +35,11 @@ def setting_label(record: dict) -> str | None:
 runs, failed = [], []
 for path in snakemake.input.runs:  # noqa: F821
     records = load_trajectories(path)
-    answered = best_responses_frame(records, calibrations.get(meta[path]["pair_key"]))
+    calibration = calibrations.get(meta[path]["pair_key"])
+    answered = best_responses_frame(records, calibration)
+    if compute == "modelled" and calibration is not None:
+        for k, repeat in enumerate(repeat_calibrations(calibration), start=1):
+            answered[REPEAT_COLUMN.format(k)] = best_responses_frame(records, repeat)["modelled_s"].values
     runs.append(answered.assign(run=path, **meta[path]))
     failures = failed_prompts(records)
     labels = [setting_label(r) for r in records if "error" in r or r.get("best") is None]
