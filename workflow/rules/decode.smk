@@ -96,6 +96,9 @@ rule method_run:
         f"{RESULTS}/logs/method_run/{{pair}}/{{method}}/{{setting}}/{{chunk}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/method_run/{{pair}}/{{method}}/{{setting}}/{{chunk}}.tsv"
+    # before the reference's shards where both can run: a method's job is most often longer than a
+    # shard, and longest first leaves the shortest jobs to fill both cores at the study's end
+    priority: 1
     threads: config["resources"]["generate"]["threads"]
     resources:
         **step_resources("generate"),
