@@ -60,22 +60,22 @@ def widened_by_repeats(table: pd.DataFrame, by_repeat: list[pd.DataFrame], keys:
     if not by_repeat:
         return table
     out = table.reset_index(drop=True)
-    indexed = [other.set_index(keys) for other in by_repeat]
     at = pd.MultiIndex.from_frame(out[keys]) if len(keys) > 1 else pd.Index(out[keys[0]])
+    indexed = [other.set_index(keys) for other in by_repeat]
+
+    def side_by_side(column: str, with_own: bool = True) -> pd.DataFrame:
+        """`column` of each repeat's table on `out`'s rows (and `out`'s own first), one column each."""
+        own = [out[column]] if with_own else []
+        return pd.concat(own + [other[column].reindex(at).reset_index(drop=True) for other in indexed], axis=1)
+
     for name in (n for n in MODELLED_ESTIMATES if n in out.columns):
-        estimates = pd.concat([other[name].reindex(at).reset_index(drop=True) for other in indexed], axis=1)
+        estimates = side_by_side(name, with_own=False)
         out[f"{name}_repeats_lo"], out[f"{name}_repeats_hi"] = estimates.min(axis=1).values, estimates.max(axis=1).values
-        for end, pick in (("lo", "min"), ("hi", "max")):
-            column = f"{name}_{end}"
-            if column not in out.columns:
-                continue
-            ends = pd.concat([out[column]] + [other[column].reindex(at).reset_index(drop=True) for other in indexed], axis=1)
-            out[column] = getattr(ends, pick)(axis=1).values
-            bound = f"{column}_is_bound"
-            if bound in out.columns:
-                flags = pd.concat([out[bound]] + [other[bound].reindex(at).reset_index(drop=True) for other in indexed],
-                                  axis=1)
-                out[bound] = flags.fillna(False).astype(bool).any(axis=1).values
+        for column, pick in ((f"{name}_lo", "min"), (f"{name}_hi", "max")):
+            if column in out.columns:
+                out[column] = getattr(side_by_side(column), pick)(axis=1).values
+            if f"{column}_is_bound" in out.columns:
+                out[f"{column}_is_bound"] = side_by_side(f"{column}_is_bound").fillna(False).astype(bool).any(axis=1).values
     return out
 
 

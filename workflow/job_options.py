@@ -75,8 +75,8 @@ def graph_rows(largest_rows: int | None = None) -> list[int]:
     """The rows of the compiled_graphs jobs that a generation job waits on: those of the ranges at or
     below `largest_rows` (rows only shrink: finished rows leave the batch), every range where a job's
     largest batch is not known before it runs (None)."""
-    low = {"1": 1, "2-64": 2, "65-": 65}
-    return [rows for name, rows in GRAPH_ROWS.items() if largest_rows is None or low[name] <= largest_rows]
+    return [rows for name, rows in GRAPH_ROWS.items()
+            if largest_rows is None or int(name.partition("-")[0]) <= largest_rows]  # a range's first row
 
 
 def compile_args(config: dict, generator: str, rows: int) -> str:
