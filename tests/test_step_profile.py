@@ -203,6 +203,28 @@ def test_specrej_calibrate_measures_every_variant_and_costs_a_run_of_its_engine(
     assert other.read_text() == '{"x": 1}'
 
 
+def test_specrej_calibrate_measures_only_the_sampler_variants_asked_for(generator_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPECREJ_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "calibration.json"
+    argv = ["calibrate", "--model", str(generator_dir), "--compile", "off", "--rows", "1,4", "--contexts", "16",
+            "--steps", "1", "--min-seconds", "0", "--repeats", "1", "--out", str(out), "--if-missing"]
+    assert main([*argv, "--samplers", "plain,plain+top-logprobs"]) == 0
+    calibration = json.loads(out.read_text())
+    assert list(calibration["sample"]) == ["plain", "plain+top-logprobs"]
+    assert calibration["run"]["grid"]["samplers"] == ["plain", "plain+top-logprobs"]
+    # a step of a variant not measured is named when costed, not costed at another's price
+    steps = {"prefill": [20], "decode": [[4, 4, 20, 3, "plain+certainty"]], "scored": []}
+    with pytest.raises(KeyError, match="no sampler variant 'plain\\+certainty'"):
+        modelled_seconds(steps, calibration)
+    # the kept calibration is of other variants: asked for all, it measures again
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "not measured again" not in capsys.readouterr().out
+    assert len(json.loads(out.read_text())["sample"]) == 5
+    assert main([*argv, "--samplers", "plain,greedy"]) == 2
+    assert "--samplers: 'greedy'; the variants are plain, tempered, filtered" in capsys.readouterr().err
+
+
 def test_specrej_calibrate_roofline_writes_an_estimate_for_the_models_shape(generator_dir, tmp_path):
     out = tmp_path / "h100.json"
     assert main(["calibrate", "--model", str(generator_dir), "--roofline", "989e12,3.35e12", "--out", str(out)]) == 0

@@ -101,7 +101,7 @@ def calibrate_args(config: dict, pair: dict) -> str:
                       "--device", config["device"], "--compile", compile_setting(g), *reward,
                       "--rows", _text(grid["rows"]), "--contexts", _text(grid["contexts"]),
                       "--steps", grid["steps"], "--min-seconds", grid["min_seconds"], "--repeats", grid["repeats"],
-                      "--if-missing"])
+                      *(["--samplers", ",".join(grid["samplers"])] if grid["samplers"] else []), "--if-missing"])
 
 
 def revision_args(model: str, entry: dict) -> list:

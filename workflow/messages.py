@@ -18,6 +18,7 @@ import shlex
 from pathlib import Path
 
 from plan import Plan, local_judge, pair_labels
+from specrej.records.step_profile import cpu_name  # torch-free
 
 GENERATION_RULES = ("reference_shard", "reference_direct", "method_run")
 
@@ -80,11 +81,15 @@ def jobs_seconds(config: dict, plan: Plan, jobs: list[tuple[str, dict]], scale: 
 
 def machine_scale(results_dir: str | Path, reference: str) -> tuple[float, str] | None:
     """How long this machine's 16-row decode step takes against the measured study's (the declared
-    rate of `reference`, the Best-of-N method), from the calibration an earlier run of the study kept
-    in <results_dir>/calibration/ (the first one found), and the words that name it; None where there is none."""
-    for path in sorted(Path(results_dir).glob("calibration/*.json")):
+    rate of `reference`, the Best-of-N method), from this machine's calibration, and the words that
+    name it: the one an earlier run of the study kept in <results_dir>/calibration/ (the first found),
+    else the newest that `specrej calibrate` kept for this CPU beside the compiled graphs (any study's,
+    `calibration_files`); None where there is none."""
+    for path in calibration_files(results_dir):
         try:
             calibration = json.loads(path.read_text(encoding="utf-8"))
+            if calibration.get("cpu") != cpu_name() or calibration.get("kind") != "measured":
+                continue
             forward, sample = calibration["forward"]["plain"], calibration["sample"]["plain"]
             step = forward["seconds"][forward["rows"].index(BON_MEASURED_ROWS)][0] + \
                 sample["seconds"][sample["rows"].index(BON_MEASURED_ROWS)]
@@ -94,6 +99,15 @@ def machine_scale(results_dir: str | Path, reference: str) -> tuple[float, str] 
         return step / rate, (f"this machine's calibration of {str(calibration.get('measured_at', ''))[:10]}: "
                              f"a 16-row step {1000 * step:.0f} ms against the measured {1000 * rate:.0f}")
     return None
+
+
+def calibration_files(results_dir: str | Path) -> list[Path]:
+    """The calibrations an estimate may read, in the order it tries them: <results_dir>/calibration/*.json
+    by name, then those kept in $SPECREJ_CACHE/compiled/*/, newest first."""
+    from specrej.models.cache import cache_dir
+
+    kept = sorted(cache_dir().glob("compiled/*/calibration-*.json"), key=lambda path: path.stat().st_mtime, reverse=True)
+    return sorted(Path(results_dir).glob("calibration/*.json")) + kept
 
 
 def study_overview(config: dict, plan: Plan, study: list[tuple[str, dict]], left: list[tuple[str, dict]]) -> str:

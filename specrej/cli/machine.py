@@ -53,7 +53,7 @@ def calibrate(args: argparse.Namespace) -> None:
     kept from this CPU for the same run is used, and only what is missing measured."""
     import torch
 
-    from ..engine.calibration import calibration_path, cpu_name, measure, measure_score, read_calibration
+    from ..engine.calibration import SAMPLER_VARIANTS, calibration_path, cpu_name, measure, measure_score, read_calibration
     from ..engine.graph_cache import write_json
     from ..engine.load import load_engine
     from ..rewards.reward import load_reward
@@ -62,6 +62,11 @@ def calibrate(args: argparse.Namespace) -> None:
         raise SpecrejError("--rows, --steps and --repeats must be 1 or more, --contexts 2 or more")
     if args.min_seconds < 0:
         raise SpecrejError("--min-seconds must be 0 or more")
+    samplers = list(SAMPLER_VARIANTS) if args.samplers is None else list(dict.fromkeys(args.samplers))
+    unknown = [name for name in samplers if name not in SAMPLER_VARIANTS]
+    if unknown or not samplers:
+        raise SpecrejError(f"--samplers: {', '.join(map(repr, unknown)) or 'none given'}; the variants are "
+                           f"{', '.join(SAMPLER_VARIANTS)}")
     if args.out:
         _refuse_overwriting_other_than(args.out, "kind", "a specrej calibration")
     if args.roofline:
@@ -74,7 +79,7 @@ def calibrate(args: argparse.Namespace) -> None:
            "threads": torch.get_num_threads(), "compile": args.compile, "compiled": engine.compiled,
            "compiled_ranges": sorted(engine.forward.ranges) if engine.compiled else [],
            "grid": {"rows": sorted(set(args.rows)), "contexts": sorted(set(args.contexts)), "steps": args.steps,
-                    "min_seconds": args.min_seconds, "repeats": args.repeats}}
+                    "min_seconds": args.min_seconds, "repeats": args.repeats, "samplers": samplers}}
     where = calibration_path(engine.forward, run["threads"], args.compile)
     print(f"specrej calibrate: {args.model}, {run['dtype']} on {engine.device}, {run['threads']} thread(s), "
           f"{'compiled on ' + ', '.join(run['compiled_ranges']) + ' rows' if engine.compiled else 'eager'}", flush=True)
@@ -87,7 +92,8 @@ def calibrate(args: argparse.Namespace) -> None:
         started = time.perf_counter()
         calibration = {"kind": "measured", "cpu": cpu_name(), "run": run, "condition": args.condition,
                        **measure(engine, rows=args.rows, contexts=args.contexts, steps=args.steps,
-                                 repeats=args.repeats, min_seconds=args.min_seconds, progress=progress),
+                                 repeats=args.repeats, min_seconds=args.min_seconds, samplers=samplers,
+                                 progress=progress),
                        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                        "measure_s": round(time.perf_counter() - started, 1), "scores": {}}
     if reward is not None and args.reward not in calibration["scores"]:

@@ -341,6 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--min-seconds", type=float, default=0.25, metavar="S",
                            help="and at least this many seconds of the clock per point and repeat, in whole runs of "
                                 "--steps steps (default 0.25)")
+    calibrate.add_argument("--samplers", type=lambda text: [x.strip() for x in text.split(",")], metavar="VARIANTS",
+                           help="the sampler variants measured, comma-separated: the steps the runs it costs take "
+                                "(plain, tempered, filtered, plain+certainty, plain+top-logprobs; default all five)")
     calibrate.add_argument("--repeats", type=int, default=3, metavar="N",
                            help="repeats, interleaved; the median kept (default 3)")
     calibrate.add_argument("--condition", default="alone",

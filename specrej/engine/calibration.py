@@ -22,7 +22,6 @@ dedicated GPU): the workflow runs the calibration with every core held.
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from ..records.step_profile import LAYER_STATES
+from ..records.step_profile import LAYER_STATES, cpu_name
 from .decoding import _layer_buffer, decode_chunk_rows, decode_one_token, prefill
 from .graph_build import MEASURE_PROMPT
 from .graph_cache import artifact_dir
@@ -67,17 +66,6 @@ def read_calibration(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return kept if isinstance(kept, dict) and kept.get("kind") == "measured" else None
-
-
-def cpu_name() -> str:
-    """The CPU's name as lscpu gives it ("Model name", /proc/cpuinfo's "model name")."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 class _Clock:

@@ -22,8 +22,10 @@ makes one from two numbers of a data sheet (an estimate, never a measurement).
 
 from __future__ import annotations
 
+import platform
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -34,6 +36,17 @@ from . import flops
 SAMPLERS = ("plain", "tempered", "filtered")
 SAMPLER_EXTRAS = ("certainty", "top-logprobs")
 LAYER_STATES = "layer-states"  # the forward step keeps every layer's states
+
+
+def cpu_name() -> str:
+    """The CPU's name as lscpu gives it ("Model name", /proc/cpuinfo's "model name")."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def step_variant(temperature: float, top_k: int, top_p: float, *, top_logprobs: bool = False,
@@ -140,7 +153,8 @@ def modelled_seconds(steps: Mapping, calibration: Mapping) -> dict:
         if sampler not in calibration["sample"] or forward not in calibration["forward"]:
             raise KeyError(f"the calibration has no {'sampler' if sampler not in calibration['sample'] else 'forward'} "
                            f"variant {sampler if sampler not in calibration['sample'] else forward!r} "
-                           f"(measured: sampler {sorted(calibration['sample'])}, forward {sorted(calibration['forward'])})")
+                           f"(measured: sampler {sorted(calibration['sample'])}, forward {sorted(calibration['forward'])}; "
+                           "`specrej calibrate --samplers`, the workflow's calibration.samplers, names what is measured)")
         runs = np.asarray(runs, dtype=float)  # rows_sampled, rows_fed, first_context, count
         sample = calibration["sample"][sampler]
         sample_s += float((runs[:, 3] * _interp(runs[:, 0], sample["rows"], sample["seconds"])).sum())

@@ -113,6 +113,9 @@ def test_schema_problems_are_one_line_naming_the_key(raw_config, change, message
     (lambda c: c["methods"][2].update(calibration_prompts=[1, 2]),
      "methods[2].calibration_prompts: 1 are also in prompts.select: the fit must come from held-out prompts"),
     (lambda c: c["prompts"].update(source="missing.json"), "prompts.source: file not found: missing.json"),
+    (lambda c: c.update(calibration={"samplers": ["plain"]}, sampling={"top_k": 50}),
+     "calibration.samplers: every step of this sampling (top_k 50, top_p 1.0, temperature 1.0) is 'filtered', "
+     "not measured (listed: plain)"),
     (lambda c: c["prompts"].update(source="org/dataset", select=None),
      "prompts.source 'org/dataset' is a Hugging Face dataset: give prompts.select"),
 ])
@@ -373,12 +376,15 @@ def test_a_job_waits_on_the_graphs_of_the_row_ranges_its_batch_uses():
 def test_a_pairs_calibration_measures_its_generator_as_the_runs_use_it_and_its_rewards_scoring(config):
     """The calibrate job: the generator's dtype, device and compile setting, the pair's reward (not a
     reward model that runs its own code), the config's grid, once per machine."""
-    config["calibration"] = {"rows": [1, 16, 128], "contexts": [64, 192], "steps": 4, "min_seconds": 0.25, "repeats": 3}
+    config["calibration"] = {"rows": [1, 16, 128], "contexts": [64, 192], "steps": 4, "min_seconds": 0.25, "repeats": 3,
+                             "samplers": None}
     pair = config["pairs"][1]
     reward = config["rewards"][pair["reward"]]
     args = job_options.calibrate_args(config, pair)
     assert args == (f"--model gen-model --dtype auto --device auto --compile auto --reward {reward['model']} "
                     "--rows 1,16,128 --contexts 64,192 --steps 4 --min-seconds 0.25 --repeats 3 --if-missing")
+    config["calibration"]["samplers"] = ["plain", "plain+top-logprobs"]  # the study's variants only
+    assert job_options.calibrate_args(config, pair).endswith("--repeats 3 --samplers plain,plain+top-logprobs --if-missing")
     config["rewards"][pair["reward"]] = {**reward, "trust_remote_code": True}
     assert "--reward" not in job_options.calibrate_args(config, pair)
     from specrej.cli.parser import build_parser  # the CLI takes every option it is given
@@ -679,7 +685,7 @@ def test_grid_config_replaces_the_defaults_pairs_and_methods():
     jobs = plan.Plan(config, ROOT)
     assert list(jobs.pairs) == ["smollm2--logprob", "gemma3-270m--logprob"]
     assert jobs.correlation_pairs == jobs.figure4_pairs == jobs.table2_pairs == list(jobs.pairs)
-    assert len(jobs.chunks) == 1 and len(next(iter(jobs.chunks.values()))) == 24  # the default study's prompts
+    assert len(jobs.chunks) == 1 and len(next(iter(jobs.chunks.values()))) == 12  # the default study's prompts
     # Best-of-N and SR at the default's alphas only (the default's sr-random and ST-BoN are replaced)
     assert list(plan.method_settings(config)) == [("sr", "alpha0.5"), ("sr", "alpha0.7"), ("sr", "alpha0.9")]
     assert config["evaluation"]["judge"] is None and plan.judge_model_spec(config) is None

@@ -6,6 +6,7 @@ on a 2-core CPU, 2026-12-03)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,9 +71,10 @@ MEASURED_STEP_SECONDS = {"bon": 0.054, "sr": 0.112, "sr-random": 0.097, "st-bon"
 
 @pytest.fixture(autouse=True)
 def away_from_the_checkout(tmp_path, monkeypatch):
-    """The estimate reads an earlier run's calibration under results/ of the folder it runs in: never
-    the checkout's own (the suite does not depend on what the working tree holds)."""
+    """The estimate reads an earlier run's calibration under results/ of the folder it runs in, or one
+    kept in $SPECREJ_CACHE: never the checkout's or the user's (the suite does not depend on them)."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SPECREJ_CACHE", str(tmp_path / "cache"))
 
 
 @pytest.fixture
@@ -106,41 +108,60 @@ def test_the_default_studys_overview(default_dag, declared_rates):
     # headline): 16 + 12 + 8 + 13 = 49
     lines = lines.splitlines()
     assert lines[0] == ("specrej: the study: 49 jobs (16 of them generating), 1 pair (SmolLM2-135M / logprob), "
-                        "24 prompts, up to 64 new tokens per response")
+                        "12 prompts, up to 64 new tokens per response")
     assert lines[1] == ("specrej:   Best-of-N 16, 32, 64, 128 (shards of 16); SR α=0.5, 0.7, 0.9; Random SR "
                         "α=0.5, 0.9; ST-BoN N=32; DeepConf N=32 η=0.9; Pandora N=64 c=0.002")
-    assert lines[2] == ("specrej:   about 25 min from an empty results/ on a 2-core CPU (SmolLM2-135M's per-job times, "
+    assert lines[2] == ("specrej:   about 16 min from an empty results/ on a 2-core CPU (SmolLM2-135M's per-job times, "
                         "measured 2026-12-03); a GPU is faster")
 
 
 def test_the_estimate_of_the_default_study_by_hand(default_dag, declared_rates):
-    # by hand from the rates: 8 shards x (5.9 + 24 x 64 x 16 x 0.054 / 16) = 710.752 s, SR
-    # 3 x (5.9 + 1536 x 0.112) = 533.796, Random SR 2 x (5.9 + 1536 x 0.097) = 309.784, ST-BoN
-    # 5.9 + 1536 x 0.043 = 71.948, DeepConf 5.9 + 1536 x 0.110 = 174.86, Pandora 5.9 + 1536 x 0.172 =
-    # 270.092, the judge (12 runs against Bo16) 5.9 + 11 x 24 x 0.41 = 114.14, the fetch 31, the graphs'
+    # by hand from the rates: 8 shards x (5.9 + 12 x 64 x 16 x 0.054 / 16) = 378.976 s, SR
+    # 3 x (5.9 + 768 x 0.112) = 275.748, Random SR 2 x (5.9 + 768 x 0.097) = 160.792, ST-BoN
+    # 5.9 + 768 x 0.043 = 38.924, DeepConf 5.9 + 768 x 0.110 = 90.38, Pandora 5.9 + 768 x 0.172 =
+    # 137.996, the judge (12 runs against Bo16) 5.9 + 11 x 12 x 0.41 = 60.02, the fetch 31, the graphs'
     # builds 3 x 75, the calibration 2 x 139 (it holds both cores), the prefixes 3.3, 25 other jobs x 0.85 =
-    # 21.25: 2743.922 s two at a time, + 49 x 2.3 s = 1484.661 s. The rates are the 2026-12-03 study's
+    # 21.25: 1701.386 s two at a time, + 49 x 2.3 s = 963.393 s. The rates are the 2026-12-03 study's
     # (1,208 s measured for its 45 jobs against 1,210 estimated: docs/results.md, "Time estimates of the
     # workflow")
     config = merged_config()
     estimate = messages.jobs_seconds(config, plan.Plan(config, ROOT), default_dag["all"])
-    assert estimate == pytest.approx(1484.661, abs=0.05)
+    assert estimate == pytest.approx(963.393, abs=0.05)
     # on a machine whose calibration says its steps take twice as long: the generation jobs' steps
-    # (their 2,071.232 s less their 16 x 5.9 s start: 1,976.832 s) twice, two at a time
+    # (their 1,082.816 s less their 16 x 5.9 s start: 988.416 s) twice, two at a time
     scaled = messages.jobs_seconds(config, plan.Plan(config, ROOT), default_dag["all"], scale=2.0)
-    assert scaled == pytest.approx(1484.661 + (2071.232 - 16 * 5.9) / 2, abs=0.05)
+    assert scaled == pytest.approx(963.393 + (1082.816 - 16 * 5.9) / 2, abs=0.05)
 
 
-def test_an_earlier_runs_calibration_scales_the_estimate_by_this_machines_step(tmp_path, declared_rates):
+def calibration_of(cpu: str, forward_16: float, sample_16: float, day: str = "2026-12-07", kind: str = "measured") -> str:
+    return json.dumps({"kind": kind, "cpu": cpu, "measured_at": f"{day}T00:00:00",
+                       "forward": {"plain": {"rows": [1, 16], "seconds": [[0.03], [forward_16]]}},
+                       "sample": {"plain": {"rows": [1, 16], "seconds": [0.002, sample_16]}}})
+
+
+def test_this_machines_calibration_scales_the_estimate_by_its_step(tmp_path, declared_rates):
+    from specrej.records.step_profile import cpu_name
+
     # a 16-row step of 90 ms forward + 18 ms sampling = 108 ms, against Best-of-N's measured 54: 2x
     (tmp_path / "calibration").mkdir()
-    (tmp_path / "calibration" / "pair.json").write_text(json.dumps({
-        "measured_at": "2026-12-07T00:00:00", "forward": {"plain": {"rows": [1, 16], "seconds": [[0.03], [0.09]]}},
-        "sample": {"plain": {"rows": [1, 16], "seconds": [0.002, 0.018]}}}))
+    (tmp_path / "calibration" / "pair.json").write_text(calibration_of(cpu_name(), 0.09, 0.018))
     scale, words = messages.machine_scale(tmp_path, "bon")
     assert scale == pytest.approx(2.0)
     assert words == "this machine's calibration of 2026-12-07: a 16-row step 108 ms against the measured 54"
     assert messages.machine_scale(tmp_path / "none", "bon") is None
+    # another CPU's calibration, or a roofline estimate, says nothing of this machine
+    (tmp_path / "calibration" / "pair.json").write_text(calibration_of("Another CPU", 0.09, 0.018))
+    (tmp_path / "calibration" / "roofline.json").write_text(calibration_of(cpu_name(), 0.009, 0.0018, kind="roofline"))
+    assert messages.machine_scale(tmp_path, "bon") is None
+    # without one in results/, the newest that `specrej calibrate` kept for this CPU in $SPECREJ_CACHE:
+    # 27 ms + 0 ms = 27 ms, half the measured 54
+    for key, day, forward in (("a", "2026-12-05", 0.09), ("b", "2026-12-06", 0.027)):
+        (tmp_path / "cache" / "compiled" / key).mkdir(parents=True)
+        kept = tmp_path / "cache" / "compiled" / key / "calibration-1-threads-compile-auto.json"
+        kept.write_text(calibration_of(cpu_name(), forward, 0.0, day))
+        os.utime(kept, (int(day[-2:]), int(day[-2:])))  # modified in the order measured
+    scale, words = messages.machine_scale(tmp_path / "none", "bon")
+    assert scale == pytest.approx(0.5) and words.startswith("this machine's calibration of 2026-12-06: a 16-row step 27 ms")
 
 
 def test_a_method_without_a_declared_rate_is_timed_at_the_fallback(tmp_path, monkeypatch):
@@ -155,10 +176,10 @@ def test_a_method_without_a_declared_rate_is_timed_at_the_fallback(tmp_path, mon
 
     if getattr(get_method("python:rateless:M"), "step_seconds", None) is not None:
         object.__setattr__(get_method("python:rateless:M"), "step_seconds", None)
-    # 5.9 s to start + 24 prompts x 64 steps x 0.112 s (SR's measured rate, the fallback)
+    # 5.9 s to start + 12 prompts x 64 steps x 0.112 s (SR's measured rate, the fallback)
     seconds = messages.job_seconds(config, jobs, "method_run", {"method": "rateless", "setting": "alpha0.5",
                                                                 "chunk": next(iter(jobs.chunks))})
-    assert seconds == pytest.approx(5.9 + 24 * 64 * 0.112)
+    assert seconds == pytest.approx(5.9 + 12 * 64 * 0.112)
 
 
 def test_a_resumed_run_says_how_many_jobs_are_left_and_how_long_they_take(default_dag, declared_rates):

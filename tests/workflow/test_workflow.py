@@ -56,7 +56,7 @@ def methods_overlay(*entries, without: str | None = None) -> str:
 
 
 @pytest.mark.parametrize("configfile, expected", [
-    # 24 prompts in 1 chunk, 1 pair (the log-prob reward): 8 shards of Bo16 (the ladder Bo16..Bo128,
+    # 12 prompts in 1 chunk, 1 pair (the log-prob reward): 8 shards of Bo16 (the ladder Bo16..Bo128,
     # nested), SR's 3 alphas, the random-halting control at SR's alphas 0.5 and 0.9, ST-BoN at N = 32,
     # DeepConf at N = 32 and Pandora at N = 64; the correlation study scores the Best-of-N responses
     # (no generation of its own); no adaptive SR; one calibration (eq. 7's modelled compute)
