@@ -33,7 +33,7 @@ BON_MEASURED_ROWS = 16  # the rows per prompt that Best-of-N's step_seconds was 
 SCORE_PREFIXES_S = 3.3  # one chunk's prefixes under the log-prob reward
 FETCH_MODEL_S = 31.0  # the default model's fetch and conversion, first use
 BUILD_GRAPHS_S = 75.0  # one row range's compiled graphs built and measured, first use (`specrej compile --rows`; 63-85 s, d7e0570)
-CALIBRATE_S = 139.0  # the default model's calibration on the default grid, first use (`specrej calibrate`, d7e0570), every core held
+CALIBRATE_S = 96.0  # the default model's calibration on the default grid and samplers, first use (`specrej calibrate`, ef9858a), every core held
 JUDGE_COMPARISON_S = 0.41  # Table 1's local judge (local:default), per response pair
 ANALYSIS_JOB_S = 0.85  # any other job (merges, statistics, tables, figures)
 # the rest of the measured study's wall time, per job: Snakemake's own time, the report, and a core

@@ -13,6 +13,7 @@ An entry is ``{name, grid, shard_size, memory_budget, calibration_prompts, rewar
   study's decision tokens, give the method's file parameter its fit (adaptive SR); null = none.
 
 No entry takes another's settings: a schedule two methods share is written in both entries.
+The sampler variants the methods' steps take are measured by the calibration: `check_calibration_samplers`.
 """
 
 from __future__ import annotations
@@ -195,3 +196,16 @@ def _reference_problems(i: int, entry: dict, method):
                "of it (Bo-N is merged from N / shard_size shards)")
     if entry.get("calibration_prompts"):
         yield f"methods[{i}].calibration_prompts: the reference method fits on nothing"
+
+
+def check_calibration_samplers(config: dict):
+    """Yield a message where calibration.samplers leaves out the variant that `sampling` makes of every
+    step (the extras, certainty and top-logprobs, are the methods' and rewards': named when costed)."""
+    from specrej.records.step_profile import step_variant
+
+    listed, sampling = config["calibration"]["samplers"], config["sampling"]
+    made = step_variant(sampling["temperature"], sampling["top_k"], sampling["top_p"])
+    if listed is not None and not any(name.split("+")[0] == made for name in listed):
+        yield (f"calibration.samplers: every step of this sampling (top_k {sampling['top_k']}, top_p "
+               f"{sampling['top_p']}, temperature {sampling['temperature']}) is {made!r}, not measured "
+               f"(listed: {', '.join(listed)})")

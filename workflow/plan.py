@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from answers_plan import REASONING_GYM, answer_fields, check_problems, problem_set_lines
-from method_entries import calibration_select, check_methods, fit_entry, method_settings, old_blocks_message, reference
+from method_entries import (calibration_select, check_calibration_samplers, check_methods, fit_entry, method_settings,
+                            old_blocks_message, reference)
 from specrej.rewards import GENERATOR_REWARDS  # torch-free
 
 LOCAL_SUFFIXES = (".json", ".jsonl", ".txt")
@@ -125,19 +126,6 @@ def cross_check(config: dict, basedir=".", methods_valid: bool = True):
                    + ("are also in prompts.select" if select is not None else "are study prompts (prompts.select "
                       "is null: every prompt)")
                    + ": the fit must come from held-out prompts, or it would be tested on its own data")
-
-
-def check_calibration_samplers(config: dict):
-    """Yield a message where calibration.samplers leaves out the variant that `sampling` makes of every
-    step (the extras, certainty and top-logprobs, are the methods' and rewards': named when costed)."""
-    from specrej.records.step_profile import step_variant
-
-    listed, sampling = config["calibration"]["samplers"], config["sampling"]
-    made = step_variant(sampling["temperature"], sampling["top_k"], sampling["top_p"])
-    if listed is not None and not any(name.split("+")[0] == made for name in listed):
-        yield (f"calibration.samplers: every step of this sampling (top_k {sampling['top_k']}, top_p "
-               f"{sampling['top_p']}, temperature {sampling['temperature']}) is {made!r}, not measured "
-               f"(listed: {', '.join(listed)})")
 
 
 def check_paths(config: dict, basedir="."):

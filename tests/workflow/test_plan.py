@@ -685,7 +685,7 @@ def test_grid_config_replaces_the_defaults_pairs_and_methods():
     jobs = plan.Plan(config, ROOT)
     assert list(jobs.pairs) == ["smollm2--logprob", "gemma3-270m--logprob"]
     assert jobs.correlation_pairs == jobs.figure4_pairs == jobs.table2_pairs == list(jobs.pairs)
-    assert len(jobs.chunks) == 1 and len(next(iter(jobs.chunks.values()))) == 12  # the default study's prompts
+    assert len(jobs.chunks) == 1 and len(next(iter(jobs.chunks.values()))) == 24  # the first 24 of the default study's prompts
     # Best-of-N and SR at the default's alphas only (the default's sr-random and ST-BoN are replaced)
     assert list(plan.method_settings(config)) == [("sr", "alpha0.5"), ("sr", "alpha0.7"), ("sr", "alpha0.9")]
     assert config["evaluation"]["judge"] is None and plan.judge_model_spec(config) is None

@@ -111,7 +111,7 @@ def test_the_default_studys_overview(default_dag, declared_rates):
                         "12 prompts, up to 64 new tokens per response")
     assert lines[1] == ("specrej:   Best-of-N 16, 32, 64, 128 (shards of 16); SR α=0.5, 0.7, 0.9; Random SR "
                         "α=0.5, 0.9; ST-BoN N=32; DeepConf N=32 η=0.9; Pandora N=64 c=0.002")
-    assert lines[2] == ("specrej:   about 16 min from an empty results/ on a 2-core CPU (SmolLM2-135M's per-job times, "
+    assert lines[2] == ("specrej:   about 15 min from an empty results/ on a 2-core CPU (SmolLM2-135M's per-job times, "
                         "measured 2026-12-03); a GPU is faster")
 
 
@@ -120,17 +120,17 @@ def test_the_estimate_of_the_default_study_by_hand(default_dag, declared_rates):
     # 3 x (5.9 + 768 x 0.112) = 275.748, Random SR 2 x (5.9 + 768 x 0.097) = 160.792, ST-BoN
     # 5.9 + 768 x 0.043 = 38.924, DeepConf 5.9 + 768 x 0.110 = 90.38, Pandora 5.9 + 768 x 0.172 =
     # 137.996, the judge (12 runs against Bo16) 5.9 + 11 x 12 x 0.41 = 60.02, the fetch 31, the graphs'
-    # builds 3 x 75, the calibration 2 x 139 (it holds both cores), the prefixes 3.3, 25 other jobs x 0.85 =
-    # 21.25: 1701.386 s two at a time, + 49 x 2.3 s = 963.393 s. The rates are the 2026-12-03 study's
+    # builds 3 x 75, the calibration 2 x 96 (it holds both cores), the prefixes 3.3, 25 other jobs x 0.85 =
+    # 21.25: 1615.386 s two at a time, + 49 x 2.3 s = 920.393 s. The rates are the 2026-12-03 study's
     # (1,208 s measured for its 45 jobs against 1,210 estimated: docs/results.md, "Time estimates of the
     # workflow")
     config = merged_config()
     estimate = messages.jobs_seconds(config, plan.Plan(config, ROOT), default_dag["all"])
-    assert estimate == pytest.approx(963.393, abs=0.05)
+    assert estimate == pytest.approx(920.393, abs=0.05)
     # on a machine whose calibration says its steps take twice as long: the generation jobs' steps
     # (their 1,082.816 s less their 16 x 5.9 s start: 988.416 s) twice, two at a time
     scaled = messages.jobs_seconds(config, plan.Plan(config, ROOT), default_dag["all"], scale=2.0)
-    assert scaled == pytest.approx(963.393 + (1082.816 - 16 * 5.9) / 2, abs=0.05)
+    assert scaled == pytest.approx(920.393 + (1082.816 - 16 * 5.9) / 2, abs=0.05)
 
 
 def calibration_of(cpu: str, forward_16: float, sample_16: float, day: str = "2026-12-07", kind: str = "measured") -> str:
