@@ -7,10 +7,9 @@ adaptive-SR and accuracy sections where the study has them, and the notes, writt
 settings.  Built once by ``headline_page``, written as Markdown (``results/summary.md``) and as
 reStructuredText on the report's front page (``analysis.report_page``).
 
-Every detail the page leaves out (each setting's BoN-equivalent compute and ≈ Bo-N, the share of
-resamples inside the curve, the FLOPs speedup, each method's best setting in words, each method's
-first decision token, b_init and min_tokens, and the notes of each setting) is on the detail page,
-``details_page`` (``results/tables/headline.md``), and its numbers in ``results/metrics/headline.csv``.
+Every detail the page leaves out (each setting's BoN-equivalent compute and ≈ Bo-N, the share of resamples inside
+the curve, the FLOPs speedup, each method's best setting in words, each method's first decision token, b_init and
+min_tokens, each setting's notes) is on ``details_page`` (``results/tables/headline.md``, ``metrics/headline.csv``).
 Formatting only: every number comes from the inputs; the methods are named by the frames'
 columns (``method_label``, ``method_name``, the reference's rows), never here."""
 
@@ -173,9 +172,10 @@ def _headline_sentence(rows: pd.DataFrame, pair: str, measure: str) -> Text:
         flops = (f"; {with_ci(best, 'flops_speedup', format_ratio, '×')} in FLOPs"
                  if np.isfinite(best.get("flops_speedup", math.nan)) else "")
         if best["compute_speedup"] >= 1:
+            unsure = ": its interval holds 1, so no gain is shown" if best.get("compute_speedup_lo", 1) < 1 else ""
             return text(label, f", the best setting of {name} on {pair}, matches Best-of-N's score with ",
-                        Strong(f"{speedup} less compute"), f" (the speedup at equal score, in {words}{flops}): it "
-                        f"scores {at}, {needs}.")
+                        Strong(f"{speedup} less compute"), f" (the speedup at equal score, in {words}{unsure}"
+                        f"{flops}): it scores {at}, {needs}.")
         return text(label, f", the best setting of {name} on {pair}, has a speedup at equal score of only ",
                     Strong(speedup), f" (in {words}{flops}): Best-of-N reaches its score with less compute. It "
                     f"scores {at}, {needs}.")

@@ -243,6 +243,16 @@ def test_oracle_falls_back_on_min_tokens_and_names_a_missing_tau():
     assert "did not score τ = 12 (its τ: 8, 16, 32)" in render_details_markdown(headline, savings)
 
 
+def test_the_headline_says_when_the_speedups_interval_holds_1():
+    frame = two_alpha_frame()
+    frame.loc[0, "compute_speedup_lo"] = 0.8  # α=0.5: 2.0× [0.8, 2.5]
+    page = render_headline_markdown(headline_table(summary_frame(), frame))
+    assert page.split("\n\n")[1].startswith(
+        "**SR α=0.5**, the best setting of sr on gen / rm, matches Best-of-N's score with **2.0× [0.80, 2.5] less "
+        "compute** (the speedup at equal score, in CPU seconds of the work: its interval holds 1, so no gain is "
+        "shown): it scores 130 [125, 135]")
+
+
 def test_markdown_states_the_numbers_and_the_out_of_range_point():
     headline = headline_table(summary_frame(), two_alpha_frame())
     runs = runs_frame({(0.5, "p1"): 800.0, (0.5, "p2"): 1200.0, (0.9, "p1"): 400.0, (0.9, "p2"): 400.0})
