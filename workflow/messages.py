@@ -13,12 +13,11 @@ A job is given as ``(rule name, {wildcard: value})``, which common.smk reads off
 from __future__ import annotations
 
 import csv
-import json
 import shlex
 from pathlib import Path
 
 from plan import Plan, local_judge, pair_labels
-from specrej.records.step_profile import cpu_name  # torch-free
+from specrej.records.step_profile import cpu_name, read_calibration  # torch-free
 
 GENERATION_RULES = ("reference_shard", "reference_direct", "method_run")
 
@@ -85,15 +84,14 @@ def machine_scale(results_dir: str | Path, reference: str) -> tuple[float, str] 
     name it: the one an earlier run of the study kept in <results_dir>/calibration/ (the first found),
     else the newest that `specrej calibrate` kept for this CPU beside the compiled graphs (any study's,
     `calibration_files`); None where there is none."""
-    for path in calibration_files(results_dir):
+    for calibration in map(read_calibration, calibration_files(results_dir)):
+        if calibration is None or calibration.get("cpu") != cpu_name():
+            continue
         try:
-            calibration = json.loads(path.read_text(encoding="utf-8"))
-            if calibration.get("cpu") != cpu_name() or calibration.get("kind") != "measured":
-                continue
             forward, sample = calibration["forward"]["plain"], calibration["sample"]["plain"]
             step = forward["seconds"][forward["rows"].index(BON_MEASURED_ROWS)][0] + \
                 sample["seconds"][sample["rows"].index(BON_MEASURED_ROWS)]
-        except (OSError, ValueError, KeyError, IndexError, TypeError):
+        except (ValueError, KeyError, IndexError, TypeError):
             continue
         rate = step_seconds(reference, FALLBACK_BON_STEP_S)
         return step / rate, (f"this machine's calibration of {str(calibration.get('measured_at', ''))[:10]}: "

@@ -53,7 +53,8 @@ def calibrate(args: argparse.Namespace) -> None:
     kept from this CPU for the same run is used, and only what is missing measured."""
     import torch
 
-    from ..engine.calibration import SAMPLER_VARIANTS, calibration_path, cpu_name, measure, measure_score, read_calibration
+    from ..engine.calibration import SAMPLER_VARIANTS, calibration_path, cpu_name, measure, measure_score
+    from ..records.step_profile import read_calibration
     from ..engine.graph_cache import write_json
     from ..engine.load import load_engine
     from ..rewards.reward import load_reward

@@ -21,7 +21,6 @@ dedicated GPU): the workflow runs the calibration with every core held.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -57,15 +56,6 @@ def calibration_path(forward, threads: int, compile: str) -> Path:
     """Where a machine's calibration of `forward` (a compiled one's own forward pass) at `threads`
     threads and --compile `compile` is kept: beside its compiled graphs (`graph_cache.artifact_dir`)."""
     return artifact_dir(getattr(forward, "forward_pass", forward)) / f"calibration-{threads}-threads-compile-{compile}.json"
-
-
-def read_calibration(path: Path) -> dict | None:
-    """The calibration kept at `path`; None where there is none or it cannot be read."""
-    try:
-        kept = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return kept if isinstance(kept, dict) and kept.get("kind") == "measured" else None
 
 
 class _Clock:

@@ -22,6 +22,7 @@ makes one from two numbers of a data sheet (an estimate, never a measurement).
 
 from __future__ import annotations
 
+import json
 import platform
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,6 +48,16 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def read_calibration(path: Path) -> dict | None:
+    """The measured calibration kept at `path` (`specrej calibrate`); None where there is none, it cannot
+    be read or it is an estimate."""
+    try:
+        kept = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return kept if isinstance(kept, dict) and kept.get("kind") == "measured" else None
 
 
 def step_variant(temperature: float, top_k: int, top_p: float, *, top_logprobs: bool = False,
